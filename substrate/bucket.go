@@ -1,0 +1,313 @@
+package substrate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultListLimit is the page size of List when ListOptions.Limit is 0, and the
+// largest page any backend returns (S3 caps pages at 1000 keys).
+const DefaultListLimit = 1000
+
+// Options configure a Bucket.
+type Options struct {
+	// Name labels the bucket's metrics (the substrate label) and its errors, e.g. the
+	// replica name. Default "default".
+	Name string
+	// Registerer receives the l0_substrate_* metrics. Nil registers nothing; the
+	// counts are still kept for Stats. Buckets with different names may share one
+	// Registerer.
+	Registerer prometheus.Registerer
+}
+
+// Bucket is the portable object-store type over a Driver. It is safe for concurrent
+// use.
+type Bucket struct {
+	name    string
+	driver  Driver
+	metrics *metrics
+	closed  atomic.Bool
+	close   sync.Once
+}
+
+// New wraps d. The Bucket owns d from now on and closes it in Close.
+func New(d Driver, opts Options) (*Bucket, error) {
+	if opts.Name == "" {
+		opts.Name = "default"
+	}
+	m, err := newMetrics(opts.Name, opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("substrate %s: register metrics: %w", opts.Name, err)
+	}
+	return &Bucket{name: opts.Name, driver: d, metrics: m}, nil
+}
+
+// Name returns the bucket's name from Options.
+func (b *Bucket) Name() string { return b.name }
+
+// Stats returns a snapshot of the operation counts.
+func (b *Bucket) Stats() Stats { return b.metrics.stats() }
+
+// Put writes body under key unconditionally.
+func (b *Bucket) Put(ctx context.Context, key string, body io.ReadSeeker) (Attrs, error) {
+	return b.put(ctx, OpPut, key, body, Condition{})
+}
+
+// PutIfAbsent writes body under key only if no object exists there. When one does, it
+// returns created == false and a nil error, and the existing bytes are untouched.
+//
+// After an ambiguous failure (the write happened but the caller saw an error) a retry
+// reports created == false for the caller's own write: callers whose keys are not
+// unique to their content must read the object back to tell the two apart.
+func (b *Bucket) PutIfAbsent(ctx context.Context, key string, body io.ReadSeeker) (attrs Attrs, created bool, err error) {
+	attrs, err = b.put(ctx, OpPutIfAbsent, key, body, Condition{IfAbsent: true})
+	if errors.Is(err, ErrPreconditionFailed) {
+		return Attrs{}, false, nil
+	}
+	return attrs, err == nil, err
+}
+
+// CompareAndSwap replaces the object under key with body only if its current version
+// is version. Otherwise, and when the key is missing, it fails with
+// ErrPreconditionFailed and changes nothing.
+func (b *Bucket) CompareAndSwap(ctx context.Context, key string, version Version, body io.ReadSeeker) (Attrs, error) {
+	if version == "" {
+		return Attrs{}, fmt.Errorf("substrate %s: compare-and-swap %q: empty version", b.name, key)
+	}
+	return b.put(ctx, OpCompareAndSwap, key, body, Condition{IfMatch: version})
+}
+
+// PutBytes, PutIfAbsentBytes and CompareAndSwapBytes are the byte-slice forms.
+func (b *Bucket) PutBytes(ctx context.Context, key string, data []byte) (Attrs, error) {
+	return b.Put(ctx, key, bytes.NewReader(data))
+}
+
+// PutIfAbsentBytes is PutIfAbsent of a byte slice.
+func (b *Bucket) PutIfAbsentBytes(ctx context.Context, key string, data []byte) (Attrs, bool, error) {
+	return b.PutIfAbsent(ctx, key, bytes.NewReader(data))
+}
+
+// CompareAndSwapBytes is CompareAndSwap of a byte slice.
+func (b *Bucket) CompareAndSwapBytes(ctx context.Context, key string, version Version, data []byte) (Attrs, error) {
+	return b.CompareAndSwap(ctx, key, version, bytes.NewReader(data))
+}
+
+func (b *Bucket) put(ctx context.Context, op Op, key string, body io.ReadSeeker, cond Condition) (Attrs, error) {
+	if err := b.check(ctx, op, key); err != nil {
+		return Attrs{}, err
+	}
+	start := time.Now()
+	attrs, err := b.driver.Put(ctx, key, body, cond)
+	b.metrics.observe(op, start, err)
+	if err != nil {
+		return Attrs{}, b.wrap(op, key, err)
+	}
+	return attrs, nil
+}
+
+// Get reads the whole object under key.
+func (b *Bucket) Get(ctx context.Context, key string) ([]byte, Attrs, error) {
+	return b.GetRange(ctx, key, 0, -1)
+}
+
+// GetRange reads bytes [off, off+length) of the object under key, clipped to its end;
+// length < 0 reads to the end. off at or past the end is ErrInvalidRange (except a
+// whole read of an empty object), and so are a negative off and a zero length.
+func (b *Bucket) GetRange(ctx context.Context, key string, off, length int64) ([]byte, Attrs, error) {
+	r, err := b.NewRangeReader(ctx, key, off, length)
+	if err != nil {
+		return nil, Attrs{}, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, Attrs{}, err
+	}
+	return data, r.Attrs(), nil
+}
+
+// NewRangeReader opens bytes [off, off+length) of the object under key for streaming;
+// see GetRange. The caller must close the Reader.
+func (b *Bucket) NewRangeReader(ctx context.Context, key string, off, length int64) (*Reader, error) {
+	if err := b.check(ctx, OpGet, key); err != nil {
+		return nil, err
+	}
+	if off < 0 || length == 0 {
+		return nil, b.wrap(OpGet, key, fmt.Errorf("offset %d, length %d: %w", off, length, ErrInvalidRange))
+	}
+	start := time.Now()
+	dr, err := b.driver.NewRangeReader(ctx, key, off, length)
+	b.metrics.observe(OpGet, start, err)
+	if err != nil {
+		return nil, b.wrap(OpGet, key, err)
+	}
+	return &Reader{b: b, key: key, r: dr}, nil
+}
+
+// Attributes returns the attributes of the object under key.
+func (b *Bucket) Attributes(ctx context.Context, key string) (Attrs, error) {
+	if err := b.check(ctx, OpAttributes, key); err != nil {
+		return Attrs{}, err
+	}
+	start := time.Now()
+	attrs, err := b.driver.Attributes(ctx, key)
+	b.metrics.observe(OpAttributes, start, err)
+	if err != nil {
+		return Attrs{}, b.wrap(OpAttributes, key, err)
+	}
+	return attrs, nil
+}
+
+// Delete removes the object under key. A missing key is not an error.
+func (b *Bucket) Delete(ctx context.Context, key string) error {
+	if err := b.check(ctx, OpDelete, key); err != nil {
+		return err
+	}
+	start := time.Now()
+	err := b.driver.Delete(ctx, key)
+	b.metrics.observe(OpDelete, start, err)
+	if err != nil {
+		return b.wrap(OpDelete, key, err)
+	}
+	return nil
+}
+
+// ListOptions select a page of a listing.
+type ListOptions struct {
+	// StartAfter resumes a listing after this key: pass the previous page's Next.
+	StartAfter string
+	// Limit bounds the page; 0 means DefaultListLimit, and larger values are capped
+	// to it.
+	Limit int
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Entries []ListEntry
+	// Next is the StartAfter of the next page, or "" when the listing is complete.
+	Next string
+}
+
+// List returns one page of the keys that start with prefix, sorted bytewise.
+func (b *Bucket) List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error) {
+	if err := b.checkState(ctx, OpList); err != nil {
+		return ListPage{}, err
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return ListPage{}, b.wrap(OpList, prefix, err)
+	}
+	if opts.StartAfter != "" {
+		if err := ValidateKey(opts.StartAfter); err != nil {
+			return ListPage{}, b.wrap(OpList, prefix, fmt.Errorf("start after: %w", err))
+		}
+	}
+	if opts.Limit <= 0 || opts.Limit > DefaultListLimit {
+		opts.Limit = DefaultListLimit
+	}
+	start := time.Now()
+	entries, more, err := b.driver.List(ctx, prefix, opts.StartAfter, opts.Limit)
+	b.metrics.observe(OpList, start, err)
+	if err != nil {
+		return ListPage{}, b.wrap(OpList, prefix, err)
+	}
+	page := ListPage{Entries: entries}
+	if more && len(entries) > 0 {
+		page.Next = entries[len(entries)-1].Key
+	}
+	return page, nil
+}
+
+// ListAll iterates over every key that starts with prefix, in order, one page at a
+// time. It stops after yielding an error.
+func (b *Bucket) ListAll(ctx context.Context, prefix string) iter.Seq2[ListEntry, error] {
+	return func(yield func(ListEntry, error) bool) {
+		var opts ListOptions
+		for {
+			page, err := b.List(ctx, prefix, opts)
+			if err != nil {
+				yield(ListEntry{}, err)
+				return
+			}
+			for _, e := range page.Entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if page.Next == "" {
+				return
+			}
+			opts.StartAfter = page.Next
+		}
+	}
+}
+
+// Close releases the driver. Calls after Close, and a second Close, fail with
+// ErrClosed.
+func (b *Bucket) Close() error {
+	err := fmt.Errorf("substrate %s: %w", b.name, ErrClosed)
+	b.close.Do(func() {
+		b.closed.Store(true)
+		err = b.driver.Close()
+	})
+	return err
+}
+
+func (b *Bucket) check(ctx context.Context, op Op, key string) error {
+	if err := b.checkState(ctx, op); err != nil {
+		return err
+	}
+	if err := ValidateKey(key); err != nil {
+		return b.wrap(op, key, err)
+	}
+	return nil
+}
+
+func (b *Bucket) checkState(ctx context.Context, op Op) error {
+	if b.closed.Load() {
+		return fmt.Errorf("substrate %s: %s: %w", b.name, op, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("substrate %s: %s: %w", b.name, op, err)
+	}
+	return nil
+}
+
+func (b *Bucket) wrap(op Op, key string, err error) error {
+	return fmt.Errorf("substrate %s: %s %q: %w", b.name, op, key, err)
+}
+
+// Reader streams a ranged read. It is not safe for concurrent use.
+type Reader struct {
+	b   *Bucket
+	key string
+	r   DriverReader
+}
+
+// Read reads the next bytes of the range.
+func (r *Reader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = r.b.wrap(OpGet, r.key, err)
+	}
+	return n, err
+}
+
+// Attrs returns the attributes of the object version being read; Size is the whole
+// object's size, not the range's.
+func (r *Reader) Attrs() Attrs { return r.r.Attrs() }
+
+// Close releases the read.
+func (r *Reader) Close() error { return r.r.Close() }
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,22 @@
+// Package substrate is l0's access to object stores: every part and every manifest
+// goes through it.
+//
+// A backend implements the small [Driver] interface (see the mem, local, gcs and s3
+// sub-packages). Callers use the portable [Bucket], which wraps a driver and gives
+// every backend the same contract:
+//
+//   - Keys are validated before any backend is touched ([ValidateKey]): no "." or ".."
+//     segment, no absolute path, no empty segment, no control character, valid UTF-8,
+//     at most [MaxKeyLen] bytes and [MaxSegmentLen] bytes per segment.
+//   - A missing object is [ErrNotFound], never empty bytes; a failed condition is
+//     [ErrPreconditionFailed]; use after Close is [ErrClosed].
+//   - Conditional writes are first-class: [Bucket.PutIfAbsent] creates an object only
+//     if the key is free and keeps the original bytes otherwise; [Bucket.CompareAndSwap]
+//     replaces an object only while its [Version] is the one the caller read.
+//   - Lists are sorted by key (bytewise) and paginated by the last key seen.
+//   - Every operation is counted and timed per substrate and operation.
+//
+// The conformance suite in substratetest proves that each driver keeps this contract,
+// and the fault package wraps any driver to inject errors, latency and ambiguous
+// failures.
+package substrate

@@ -1,0 +1,33 @@
+package substrate
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound reports that no object exists under the key.
+	ErrNotFound = errors.New("substrate: object not found")
+	// ErrPreconditionFailed reports that a conditional write lost: the key already
+	// existed (put-if-absent) or no longer had the expected version (compare-and-swap).
+	ErrPreconditionFailed = errors.New("substrate: precondition failed")
+	// ErrClosed reports use of a Bucket after Close.
+	ErrClosed = errors.New("substrate: closed")
+	// ErrInvalidKey reports a key that no backend may store; see ValidateKey.
+	ErrInvalidKey = errors.New("substrate: invalid key")
+	// ErrInvalidRange reports a ranged read that starts at or past the end of the
+	// object.
+	ErrInvalidRange = errors.New("substrate: invalid range")
+)
+
+// KeyError says why a key was rejected. It unwraps to ErrInvalidKey.
+type KeyError struct {
+	Key    string
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("substrate: invalid key %q: %s", e.Key, e.Reason)
+}
+
+func (e *KeyError) Unwrap() error { return ErrInvalidKey }
