@@ -1,0 +1,67 @@
+package gcs_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"cloud.google.com/go/storage"
+	"go.uber.org/goleak"
+	"google.golang.org/api/option"
+
+	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/gcs"
+	"github.com/l0store/l0/substrate/substratetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fake-gcs-server pulls in opencensus, which starts a worker at init.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
+
+// TestConformanceInProcess runs the suite against fake-gcs-server served from this
+// process over a real loopback listener.
+func TestConformanceInProcess(t *testing.T) {
+	srv, err := emulator.StartGCSInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	substratetest.RunConformance(t, harness(srv.Endpoint))
+}
+
+// TestConformanceProcess runs the suite against the fake-gcs-server binary, or the
+// emulator at STORAGE_EMULATOR_HOST.
+func TestConformanceProcess(t *testing.T) {
+	srv, err := emulator.StartGCSProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	substratetest.RunConformance(t, harness(srv.Endpoint))
+}
+
+var buckets atomic.Int64
+
+// harness gives each test a fresh bucket: the emulator's memory backend slows down
+// as a bucket grows.
+func harness(endpoint string) substratetest.Harness {
+	return func(t *testing.T) substrate.Driver {
+		name := fmt.Sprintf("l0-conformance-%d", buckets.Add(1))
+		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(endpoint), option.WithoutAuthentication())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
+			t.Fatalf("create bucket %s: %v", name, err)
+		}
+		d, err := gcs.Open(t.Context(), gcs.Config{Bucket: name, Endpoint: endpoint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+}
