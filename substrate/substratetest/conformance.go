@@ -506,13 +506,17 @@ func putAll(t *testing.T, b *substrate.Bucket, keys []string, data func(string) 
 
 func testListOrder(t *testing.T, b *substrate.Bucket, _ *Spy) {
 	// '-' (0x2d) sorts before '/' (0x2f), and '0' (0x30) after it: a listing that
-	// walks directories depth-first gets these wrong.
-	keys := []string{"a", "a-c", "a/b", "a/b/c", "a0", "aa", "b", "é"}
+	// walks directories depth-first gets these wrong. No key here is also a
+	// "directory" of another (as "a/b" and "a/b/c" would be): file-system-backed
+	// gateways such as versitygw's posix backend cannot store both, so l0 never
+	// writes such pairs and the suite does not require them.
+	keys := []string{"a-c", "a/b", "a/c/d", "a/c/e", "a0", "aa", "b", "é"}
 	putAll(t, b, keys, func(k string) []byte { return []byte(k) })
 	wantKeys(t, b, "", keys)
 	wantKeys(t, b, "a", keys[:6])
-	wantKeys(t, b, "a/", []string{"a/b", "a/b/c"})
-	wantKeys(t, b, "a/b", []string{"a/b", "a/b/c"})
+	wantKeys(t, b, "a/", []string{"a/b", "a/c/d", "a/c/e"})
+	wantKeys(t, b, "a/c", []string{"a/c/d", "a/c/e"})
+	wantKeys(t, b, "a/c/", []string{"a/c/d", "a/c/e"})
 	wantKeys(t, b, "nothing/", nil)
 }
 
