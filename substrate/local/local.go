@@ -338,7 +338,7 @@ type reader struct {
 	attrs substrate.Attrs
 }
 
-func (r *reader) Close() error            { return r.file.Close() }
+func (r *reader) Close() error           { return r.file.Close() }
 func (r *reader) Attrs() substrate.Attrs { return r.attrs }
 
 // mkdirAllSync creates dir and its missing parents, fsyncing each parent after it gains

@@ -145,5 +145,5 @@ type reader struct {
 	attrs substrate.Attrs
 }
 
-func (r *reader) Close() error            { return nil }
+func (r *reader) Close() error           { return nil }
 func (r *reader) Attrs() substrate.Attrs { return r.attrs }
