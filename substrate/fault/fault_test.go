@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Without rules the wrapper must be invisible.
 func TestConformanceWithoutRules(t *testing.T) {
-	substratetest.RunConformance(t, func(t *testing.T) substrate.Driver { return fault.Wrap(mem.New(), 1) })
+	substratetest.RunConformance(t, func(t testing.TB) substrate.Driver { return fault.Wrap(mem.New(), 1) })
 }
 
 func newBucket(t *testing.T, rules ...fault.Rule) (*substrate.Bucket, *fault.Driver) {

@@ -48,7 +48,7 @@ var buckets atomic.Int64
 // harness gives each test a fresh bucket: the emulator's memory backend slows down
 // as a bucket grows.
 func harness(endpoint string) substratetest.Harness {
-	return func(t *testing.T) substrate.Driver {
+	return func(t testing.TB) substrate.Driver {
 		name := fmt.Sprintf("l0-conformance-%d", buckets.Add(1))
 		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(endpoint), option.WithoutAuthentication())
 		if err != nil {
@@ -64,4 +64,22 @@ func harness(endpoint string) substratetest.Harness {
 		}
 		return d
 	}
+}
+
+func BenchmarkInProcess(b *testing.B) {
+	srv, err := emulator.StartGCSInProcess()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	substratetest.RunBenchmarks(b, harness(srv.Endpoint))
+}
+
+func BenchmarkProcess(b *testing.B) {
+	srv, err := emulator.StartGCSProcess()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	substratetest.RunBenchmarks(b, harness(srv.Endpoint))
 }

@@ -20,7 +20,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	substratetest.RunConformance(t, func(t *testing.T) substrate.Driver {
+	substratetest.RunConformance(t, func(t testing.TB) substrate.Driver {
 		d, err := local.New(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
@@ -113,4 +113,14 @@ func TestACorruptObjectFileIsNotReadAsEmptyOrMissing(t *testing.T) {
 	if !errors.Is(err, local.ErrCorrupt) {
 		t.Fatalf("get of a truncated object file: err = %v, want ErrCorrupt", err)
 	}
+}
+
+func BenchmarkDriver(b *testing.B) {
+	substratetest.RunBenchmarks(b, func(t testing.TB) substrate.Driver {
+		d, err := local.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	})
 }

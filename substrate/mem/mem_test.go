@@ -13,5 +13,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	substratetest.RunConformance(t, func(t *testing.T) substrate.Driver { return mem.New() })
+	substratetest.RunConformance(t, func(t testing.TB) substrate.Driver { return mem.New() })
+}
+
+func BenchmarkDriver(b *testing.B) {
+	substratetest.RunBenchmarks(b, func(testing.TB) substrate.Driver { return mem.New() })
 }

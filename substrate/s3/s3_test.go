@@ -28,10 +28,25 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	var n atomic.Int64
-	substratetest.RunConformance(t, func(t *testing.T) substrate.Driver {
+	substratetest.RunConformance(t, harness(srv))
+}
+
+func BenchmarkProcess(b *testing.B) {
+	srv, err := emulator.StartS3Process()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	substratetest.RunBenchmarks(b, harness(srv))
+}
+
+var buckets atomic.Int64
+
+// harness gives each test a fresh bucket.
+func harness(srv *emulator.S3) substratetest.Harness {
+	return func(t testing.TB) substrate.Driver {
 		d, err := s3.Open(t.Context(), s3.Config{
-			Bucket:          fmt.Sprintf("l0-conformance-%d", n.Add(1)),
+			Bucket:          fmt.Sprintf("l0-conformance-%d", buckets.Add(1)),
 			Endpoint:        srv.Endpoint,
 			AccessKeyID:     srv.AccessKey,
 			SecretAccessKey: srv.SecretKey,
@@ -43,5 +58,5 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("create bucket: %v", err)
 		}
 		return d
-	})
+	}
 }

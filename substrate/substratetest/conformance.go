@@ -19,8 +19,8 @@ import (
 	"github.com/l0store/l0/substrate"
 )
 
-// Harness returns a fresh, empty driver for one test. The suite closes it.
-type Harness func(t *testing.T) substrate.Driver
+// Harness returns a fresh, empty driver for one test or benchmark. The suite closes it.
+type Harness func(t testing.TB) substrate.Driver
 
 // RunConformance runs the whole suite against the drivers newDriver makes.
 func RunConformance(t *testing.T, newDriver Harness) {
