@@ -247,8 +247,9 @@ func testCompareAndSwapAfterRecreate(t *testing.T, b *substrate.Bucket, _ *Spy) 
 
 const racers = 16
 
-func testConcurrentPutIfAbsent(t *testing.T, b *substrate.Bucket, _ *Spy) {
-	ctx := t.Context()
+// race starts racers writers of "race" at once; write reports whether racer i won.
+// Exactly one must win, none may fail, and the key must hold the winner's bytes.
+func race(t *testing.T, b *substrate.Bucket, write func(i int, data []byte) (won bool, err error)) {
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -259,13 +260,13 @@ func testConcurrentPutIfAbsent(t *testing.T, b *substrate.Bucket, _ *Spy) {
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			_, created, err := b.PutIfAbsentBytes(ctx, "race", fmt.Appendf(nil, "racer %d", i))
+			won, err := write(i, fmt.Appendf(nil, "racer %d", i))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if created {
+			if won {
 				winners = append(winners, i)
 			}
 		})
@@ -276,44 +277,27 @@ func testConcurrentPutIfAbsent(t *testing.T, b *substrate.Bucket, _ *Spy) {
 		t.Fatalf("racers failed: %v", errs)
 	}
 	if len(winners) != 1 {
-		t.Fatalf("%d racers created the key (%v), want exactly 1", len(winners), winners)
+		t.Fatalf("%d racers won (%v), want exactly 1", len(winners), winners)
 	}
 	wantBytes(t, b, "race", fmt.Appendf(nil, "racer %d", winners[0]))
 }
 
+func testConcurrentPutIfAbsent(t *testing.T, b *substrate.Bucket, _ *Spy) {
+	race(t, b, func(_ int, data []byte) (bool, error) {
+		_, created, err := b.PutIfAbsentBytes(t.Context(), "race", data)
+		return created, err
+	})
+}
+
 func testConcurrentCompareAndSwap(t *testing.T, b *substrate.Bucket, _ *Spy) {
-	ctx := t.Context()
 	base := mustPut(t, b, "race", []byte("base"))
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		winners []int
-		errs    []error
-	)
-	start := make(chan struct{})
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			_, err := b.CompareAndSwapBytes(ctx, "race", base.Version, fmt.Appendf(nil, "racer %d", i))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				winners = append(winners, i)
-			case !errors.Is(err, substrate.ErrPreconditionFailed):
-				errs = append(errs, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("racers failed with something other than a lost precondition: %v", errs)
-	}
-	if len(winners) != 1 {
-		t.Fatalf("%d racers swapped (%v), want exactly 1", len(winners), winners)
-	}
-	wantBytes(t, b, "race", fmt.Appendf(nil, "racer %d", winners[0]))
+	race(t, b, func(_ int, data []byte) (bool, error) {
+		_, err := b.CompareAndSwapBytes(t.Context(), "race", base.Version, data)
+		if errors.Is(err, substrate.ErrPreconditionFailed) {
+			return false, nil // lost the race, as all but one must
+		}
+		return err == nil, err
+	})
 }
 
 func testDelete(t *testing.T, b *substrate.Bucket, _ *Spy) {
