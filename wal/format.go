@@ -1,0 +1,160 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// The page format. Changing any of these changes the on-disk format.
+const (
+	pageVersion = 1
+
+	pagePrefix  = 'p'
+	floorPrefix = 'f'
+	separator   = 0x00
+
+	// pageHeaderLen is version, count, appended-at and payload bytes.
+	pageHeaderLen = 1 + 4 + 8 + 8
+	crcLen        = 4
+
+	// MaxPageRecords and MaxRecordLen bound what a decoder allocates when a length
+	// field is corrupt; the engine's own limits are lower.
+	MaxPageRecords = 1 << 24
+	MaxRecordLen   = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var (
+	// ErrCorrupt reports stored bytes that fail their checks. Errors that wrap it are
+	// *CorruptionError and say where.
+	ErrCorrupt = errors.New("wal: corrupt page")
+	// ErrTruncated reports a read from an offset that was truncated (sealed) away.
+	ErrTruncated = errors.New("wal: offset truncated")
+	// ErrClosed reports use of a Log after Close.
+	ErrClosed = errors.New("wal: closed")
+	// ErrNotPageBoundary reports a truncation point inside a page.
+	ErrNotPageBoundary = errors.New("wal: not a page boundary")
+)
+
+// CorruptionError says which page failed its checks and why.
+type CorruptionError struct {
+	Shard  string
+	Offset uint64 // the page's first offset, as its key says
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: corrupt page of shard %q at offset %d: %s", e.Shard, e.Offset, e.Reason)
+}
+
+func (e *CorruptionError) Unwrap() error { return ErrCorrupt }
+
+// Page is one append's records with the offset of the first.
+type Page struct {
+	Shard       string
+	FirstOffset uint64
+	AppendedAt  time.Time
+	Records     [][]byte
+}
+
+// NextOffset is the offset after the page's last record.
+func (p Page) NextOffset() uint64 { return p.FirstOffset + uint64(len(p.Records)) }
+
+func shardPrefix(prefix byte, shard string) []byte {
+	k := make([]byte, 0, 2+len(shard)+8)
+	k = append(k, prefix)
+	k = append(k, shard...)
+	return append(k, separator)
+}
+
+func pageKey(shard string, first uint64) []byte {
+	return binary.BigEndian.AppendUint64(shardPrefix(pagePrefix, shard), first)
+}
+
+func floorKey(shard string) []byte { return append([]byte{floorPrefix}, shard...) }
+
+// parsePageKey splits a page key into shard and first offset.
+func parsePageKey(k []byte) (shard string, first uint64, ok bool) {
+	if len(k) < 1+1+8 || k[0] != pagePrefix || k[len(k)-9] != separator {
+		return "", 0, false
+	}
+	return string(k[1 : len(k)-9]), binary.BigEndian.Uint64(k[len(k)-8:]), true
+}
+
+// encodePage appends the value of a page to dst.
+func encodePage(dst []byte, shard string, first uint64, at time.Time, recs [][]byte) []byte {
+	var payload uint64
+	for _, r := range recs {
+		payload += uint64(len(r))
+	}
+	dst = append(dst, pageVersion)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(recs)))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(at.UnixNano()))
+	dst = binary.BigEndian.AppendUint64(dst, payload)
+	for _, r := range recs {
+		dst = binary.AppendUvarint(dst, uint64(len(r)))
+		dst = append(dst, r...)
+	}
+	crc := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, dst)
+	return binary.BigEndian.AppendUint32(dst, crc)
+}
+
+// pageHeader is what the header alone says of a page.
+type pageHeader struct {
+	count      int
+	appendedAt time.Time
+	payload    uint64
+}
+
+func decodeHeader(shard string, first uint64, v []byte) (pageHeader, error) {
+	corrupt := func(reason string) error { return &CorruptionError{Shard: shard, Offset: first, Reason: reason} }
+	if len(v) < pageHeaderLen+crcLen {
+		return pageHeader{}, corrupt(fmt.Sprintf("%d bytes, shorter than a header", len(v)))
+	}
+	if v[0] != pageVersion {
+		return pageHeader{}, corrupt(fmt.Sprintf("unknown version %d", v[0]))
+	}
+	count := binary.BigEndian.Uint32(v[1:])
+	if count == 0 || count > MaxPageRecords {
+		return pageHeader{}, corrupt(fmt.Sprintf("record count %d", count))
+	}
+	return pageHeader{
+		count:      int(count),
+		appendedAt: time.Unix(0, int64(binary.BigEndian.Uint64(v[5:]))),
+		payload:    binary.BigEndian.Uint64(v[13:]),
+	}, nil
+}
+
+// decodePage verifies a page value and returns its records, which alias v.
+func decodePage(shard string, first uint64, v []byte) (Page, error) {
+	corrupt := func(reason string) error { return &CorruptionError{Shard: shard, Offset: first, Reason: reason} }
+	h, err := decodeHeader(shard, first, v)
+	if err != nil {
+		return Page{}, err
+	}
+	body := v[:len(v)-crcLen]
+	want := binary.BigEndian.Uint32(v[len(v)-crcLen:])
+	if got := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, body); got != want {
+		return Page{}, corrupt(fmt.Sprintf("checksum %08x, want %08x", got, want))
+	}
+	recs := make([][]byte, 0, h.count)
+	rest := body[pageHeaderLen:]
+	var payload uint64
+	for range h.count {
+		n, l := binary.Uvarint(rest)
+		if l <= 0 || n > MaxRecordLen || n > uint64(len(rest)-l) {
+			return Page{}, corrupt(fmt.Sprintf("record %d: bad length", len(recs)))
+		}
+		recs = append(recs, rest[l:l+int(n)])
+		rest = rest[l+int(n):]
+		payload += n
+	}
+	if len(rest) != 0 || payload != h.payload {
+		return Page{}, corrupt("records do not fill the page")
+	}
+	return Page{Shard: shard, FirstOffset: first, AppendedAt: h.appendedAt, Records: recs}, nil
+}

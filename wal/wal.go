@@ -1,0 +1,461 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Options configure a Log.
+type Options struct {
+	// Logger receives pebble's messages; nil discards them.
+	Logger *slog.Logger
+	// MemTableSize is pebble's memtable size. Default 64 MiB: with pebble's 4 MiB
+	// default, a steady stream of synced commits piles up L0 files and compaction
+	// debt caps throughput.
+	MemTableSize uint64
+	// Now is the clock stamped on pages. Default time.Now.
+	Now func() time.Time
+}
+
+// EnsureDefaults fills in the zero fields.
+func (o *Options) EnsureDefaults() {
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 64 << 20
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Log is the WAL of one engine. It is safe for concurrent use; appends to one shard
+// are ordered, appends to different shards run in parallel and share fsyncs.
+type Log struct {
+	db   *pebble.DB
+	opts Options
+
+	mu struct {
+		sync.RWMutex
+		shards map[string]*shardState
+	}
+	// ops counts calls in flight; Close waits for them, because pebble must not be
+	// closed under a commit or an iterator.
+	ops struct {
+		sync.Mutex
+		cond     sync.Cond
+		inflight int
+		closed   bool
+	}
+	// failed is set when a commit was applied but its sync failed: from then on the
+	// in-memory offsets may be ahead of the disk, so the Log refuses everything.
+	failed atomic.Pointer[error]
+}
+
+// shardState is what the Log knows of one shard without reading its pages.
+type shardState struct {
+	mu struct {
+		sync.Mutex
+		floor   uint64 // first offset not truncated away
+		next    uint64 // offset of the next record appended
+		pages   int
+		payload uint64    // record bytes in the shard's pages
+		oldest  time.Time // appended-at of the first page; zero without pages
+	}
+}
+
+// Open opens (creating it if needed) the log in dir and loads every shard's state.
+func Open(dir string, opts Options) (*Log, error) {
+	opts.EnsureDefaults()
+	db, err := pebble.Open(dir, &pebble.Options{
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       opts.MemTableSize,
+		Logger:             pebbleLogger{opts.Logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	l := &Log{db: db, opts: opts}
+	l.ops.cond.L = &l.ops.Mutex
+	l.mu.shards = make(map[string]*shardState)
+	if err := l.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// load reads the floors and the page headers of every shard.
+func (l *Log) load() error {
+	it, err := l.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("wal: load: %w", err)
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		switch k[0] {
+		case floorPrefix:
+			v := it.Value()
+			if len(v) != 8 {
+				return fmt.Errorf("wal: floor of shard %q: %d bytes: %w", k[1:], len(v), ErrCorrupt)
+			}
+			st := l.stateLocked(string(k[1:]))
+			st.mu.floor = binary.BigEndian.Uint64(v)
+			st.mu.next = max(st.mu.next, st.mu.floor)
+		case pagePrefix:
+			shard, first, ok := parsePageKey(k)
+			if !ok {
+				return fmt.Errorf("wal: page key %q: %w", k, ErrCorrupt)
+			}
+			h, err := decodeHeader(shard, first, it.Value())
+			if err != nil {
+				return err
+			}
+			st := l.stateLocked(shard)
+			if st.mu.pages == 0 && first < st.mu.floor {
+				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page before the floor %d", st.mu.floor)}
+			}
+			if st.mu.pages > 0 && first != st.mu.next {
+				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", st.mu.next)}
+			}
+			if st.mu.pages == 0 {
+				st.mu.oldest = h.appendedAt
+			}
+			st.mu.pages++
+			st.mu.payload += h.payload
+			st.mu.next = first + uint64(h.count)
+		default:
+			return fmt.Errorf("wal: unknown key %q: %w", k, ErrCorrupt)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("wal: load: %w", err)
+	}
+	return nil
+}
+
+// stateLocked returns the shard's state, creating it; l.mu must be held for writing
+// (or the Log not yet shared).
+func (l *Log) stateLocked(shard string) *shardState {
+	st, ok := l.mu.shards[shard]
+	if !ok {
+		st = &shardState{}
+		l.mu.shards[shard] = st
+	}
+	return st
+}
+
+func (l *Log) state(shard string) *shardState {
+	l.mu.RLock()
+	st, ok := l.mu.shards[shard]
+	l.mu.RUnlock()
+	if ok {
+		return st
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked(shard)
+}
+
+// enter admits a call, which must call exit when done with pebble.
+func (l *Log) enter() error {
+	if errp := l.failed.Load(); errp != nil {
+		return fmt.Errorf("wal: failed earlier: %w", *errp)
+	}
+	l.ops.Lock()
+	defer l.ops.Unlock()
+	if l.ops.closed {
+		return ErrClosed
+	}
+	l.ops.inflight++
+	return nil
+}
+
+func (l *Log) exit() {
+	l.ops.Lock()
+	defer l.ops.Unlock()
+	l.ops.inflight--
+	if l.ops.inflight == 0 {
+		l.ops.cond.Broadcast()
+	}
+}
+
+// Append writes recs as one page of shard and returns the offset of the first record
+// once the page is durable. The caller validates shard ids and record sizes; an empty
+// batch is refused. A context cancelled before the commit writes nothing.
+func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, error) {
+	if len(recs) == 0 {
+		return 0, errors.New("wal: empty batch")
+	}
+	if err := l.enter(); err != nil {
+		return 0, err
+	}
+	defer l.exit()
+	st := l.state(shard)
+	b := l.db.NewBatch()
+	defer b.Close()
+
+	// Under the shard's lock: take the offsets and enter pebble's commit pipeline, so
+	// that pages of one shard reach pebble's WAL in offset order. The fsync is waited
+	// for outside the lock, where appends of this and other shards share it.
+	st.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	first := st.mu.next
+	now := l.opts.Now()
+	val := encodePage(nil, shard, first, now, recs)
+	if err := b.Set(pageKey(shard, first), val, nil); err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		st.mu.Unlock()
+		return 0, fmt.Errorf("wal: commit: %w", err)
+	}
+	if st.mu.pages == 0 {
+		st.mu.oldest = now
+	}
+	st.mu.pages++
+	st.mu.next += uint64(len(recs))
+	for _, r := range recs {
+		st.mu.payload += uint64(len(r))
+	}
+	st.mu.Unlock()
+
+	if err := b.SyncWait(); err != nil {
+		err = fmt.Errorf("wal: sync: %w", err)
+		l.failed.CompareAndSwap(nil, &err)
+		return 0, err
+	}
+	return first, nil
+}
+
+// ShardInfo is what the Log knows of a shard's unsealed pages.
+type ShardInfo struct {
+	// Floor is the first offset still in the log: everything before it was
+	// truncated (sealed).
+	Floor uint64
+	// Next is the offset the next appended record gets.
+	Next  uint64
+	Pages int
+	// UnsealedBytes is the sum of the record lengths in the shard's pages.
+	UnsealedBytes uint64
+	// Oldest is when the oldest page still in the log was appended; zero without
+	// pages.
+	Oldest time.Time
+}
+
+// Info returns the shard's state; a shard never written has the zero ShardInfo.
+func (l *Log) Info(shard string) ShardInfo {
+	l.mu.RLock()
+	st, ok := l.mu.shards[shard]
+	l.mu.RUnlock()
+	if !ok {
+		return ShardInfo{}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Pages: st.mu.pages, UnsealedBytes: st.mu.payload, Oldest: st.mu.oldest}
+}
+
+// Shards returns the shards that have pages, sorted.
+func (l *Log) Shards() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []string
+	for shard, st := range l.mu.shards {
+		st.mu.Lock()
+		if st.mu.pages > 0 {
+			out = append(out, shard)
+		}
+		st.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Pages iterates over the shard's pages from the one holding offset from, in offset
+// order. Records alias nothing the Log reuses. A from before the shard's floor is
+// ErrTruncated; a from at or past its next offset yields nothing.
+func (l *Log) Pages(shard string, from uint64) iter.Seq2[Page, error] {
+	return func(yield func(Page, error) bool) {
+		if err := l.enter(); err != nil {
+			yield(Page{}, err)
+			return
+		}
+		defer l.exit()
+		if info := l.Info(shard); from < info.Floor {
+			yield(Page{}, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, info.Floor, ErrTruncated))
+			return
+		}
+		l.scan(shard, from)(yield)
+	}
+}
+
+// scan is Pages without the checks, for callers that hold the shard's lock.
+func (l *Log) scan(shard string, from uint64) iter.Seq2[Page, error] {
+	return func(yield func(Page, error) bool) {
+		prefix := shardPrefix(pagePrefix, shard)
+		upper := append(slices.Clip(prefix[:len(prefix)-1]), separator+1)
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		if err != nil {
+			yield(Page{}, err)
+			return
+		}
+		defer it.Close()
+		// The page holding from is the last one that starts at or before it.
+		valid := it.SeekLT(pageKey(shard, from+1))
+		if !valid {
+			valid = it.First()
+		}
+		var expect uint64
+		started := false
+		for ; valid; valid = it.Next() {
+			_, first, ok := parsePageKey(it.Key())
+			if !ok {
+				yield(Page{}, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt))
+				return
+			}
+			p, err := decodePage(shard, first, slices.Clone(it.Value()))
+			if err != nil {
+				yield(Page{}, err)
+				return
+			}
+			if p.NextOffset() <= from {
+				continue
+			}
+			if started && first != expect {
+				yield(Page{}, &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", expect)})
+				return
+			}
+			started, expect = true, p.NextOffset()
+			if !yield(p, nil) {
+				return
+			}
+		}
+		if err := it.Error(); err != nil {
+			yield(Page{}, fmt.Errorf("wal: read shard %q: %w", shard, err))
+		}
+	}
+}
+
+// TruncateThrough removes the shard's pages before offset next, which must be a page
+// boundary, and raises the shard's floor to it, durably. Offsets stay dense: the next
+// append continues where the shard was.
+func (l *Log) TruncateThrough(shard string, next uint64) error {
+	if err := l.enter(); err != nil {
+		return err
+	}
+	defer l.exit()
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if next <= st.mu.floor {
+		return nil
+	}
+	if next > st.mu.next {
+		return fmt.Errorf("wal: truncate shard %q through %d past its end %d: %w", shard, next, st.mu.next, ErrNotPageBoundary)
+	}
+	// Recount what stays, checking that next starts a page (or ends the log).
+	var (
+		pages   int
+		payload uint64
+		oldest  time.Time
+	)
+	boundary := next == st.mu.next
+	for p, err := range l.scan(shard, next) {
+		if err != nil {
+			return err
+		}
+		if p.FirstOffset == next {
+			boundary = true
+		}
+		if !boundary {
+			break
+		}
+		if pages == 0 {
+			oldest = p.AppendedAt
+		}
+		pages++
+		for _, r := range p.Records {
+			payload += uint64(len(r))
+		}
+	}
+	if !boundary {
+		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(pageKey(shard, 0), pageKey(shard, next), nil); err != nil {
+		return err
+	}
+	if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, next), nil); err != nil {
+		return err
+	}
+	if err := l.db.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: truncate shard %q: %w", shard, err)
+	}
+	st.mu.floor, st.mu.pages, st.mu.payload, st.mu.oldest = next, pages, payload, oldest
+	return nil
+}
+
+// Fsyncs returns how many times pebble synced its WAL.
+func (l *Log) Fsyncs() uint64 {
+	if err := l.enter(); err != nil {
+		return 0
+	}
+	defer l.exit()
+	h := l.db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return 0
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// Close waits for the calls in flight and closes the log; later calls fail with
+// ErrClosed. An iteration over Pages holds Close off until it ends.
+func (l *Log) Close() error {
+	l.ops.Lock()
+	if l.ops.closed {
+		l.ops.Unlock()
+		return ErrClosed
+	}
+	l.ops.closed = true
+	for l.ops.inflight > 0 {
+		l.ops.cond.Wait()
+	}
+	l.ops.Unlock()
+	return l.db.Close()
+}
+
+// pebbleLogger sends pebble's messages to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) { p.l.Info(fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg)
+	panic(msg)
+}

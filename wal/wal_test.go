@@ -1,0 +1,289 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string, opts Options) *Log {
+	t.Helper()
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func recs(prefix string, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, "%s-%d", prefix, i)
+	}
+	return out
+}
+
+// readAll returns the records of shard from offset from, checking density.
+func readAll(t *testing.T, l *Log, shard string, from uint64) [][]byte {
+	t.Helper()
+	var out [][]byte
+	next := from
+	for p, err := range l.Pages(shard, from) {
+		if err != nil {
+			t.Fatalf("read %s from %d: %v", shard, from, err)
+		}
+		for i, r := range p.Records {
+			off := p.FirstOffset + uint64(i)
+			if off < from {
+				continue
+			}
+			if off != next {
+				t.Fatalf("offset %d after %d", off, next-1)
+			}
+			out = append(out, r)
+			next++
+		}
+	}
+	return out
+}
+
+func TestAppendAssignsDenseOffsetsAndReadsFromAnyOffset(t *testing.T) {
+	l := open(t, t.TempDir(), Options{})
+	defer l.Close()
+	ctx := t.Context()
+	var want [][]byte
+	for i, n := range []int{3, 1, 5} {
+		batch := recs(fmt.Sprintf("b%d", i), n)
+		first, err := l.Append(ctx, "s", batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first != uint64(len(want)) {
+			t.Fatalf("batch %d starts at %d, want %d", i, first, len(want))
+		}
+		want = append(want, batch...)
+	}
+	for from := range uint64(len(want) + 2) {
+		got := readAll(t, l, "s", from)
+		wantFrom := want[min(int(from), len(want)):]
+		if len(got) != len(wantFrom) {
+			t.Fatalf("from %d: %d records, want %d", from, len(got), len(wantFrom))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], wantFrom[i]) {
+				t.Fatalf("from %d, record %d: %q, want %q", from, i, got[i], wantFrom[i])
+			}
+		}
+	}
+	if got := readAll(t, l, "other", 0); len(got) != 0 {
+		t.Fatalf("a shard never written has %d records", len(got))
+	}
+}
+
+func TestStateSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	clock := time.Unix(1700000000, 0)
+	l := open(t, dir, Options{Now: func() time.Time { return clock }})
+	ctx := t.Context()
+	l.Append(ctx, "a", recs("a", 4))
+	clock = clock.Add(time.Second)
+	l.Append(ctx, "a", [][]byte{[]byte("12345")})
+	l.Append(ctx, "b", recs("b", 2))
+	before := l.Info("a")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{})
+	defer l.Close()
+	after := l.Info("a")
+	if after != before || after.Next != 5 || after.Pages != 2 || after.UnsealedBytes != 4*3+5 || !after.Oldest.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("after reopen %+v, before %+v", after, before)
+	}
+	if got := l.Shards(); fmt.Sprint(got) != "[a b]" {
+		t.Fatalf("shards %v", got)
+	}
+	first, err := l.Append(ctx, "a", recs("c", 1))
+	if err != nil || first != 5 {
+		t.Fatalf("append after reopen: %d, %v; want offset 5", first, err)
+	}
+}
+
+func TestConcurrentAppendsStayDenseAndShareFsyncs(t *testing.T) {
+	l := open(t, t.TempDir(), Options{})
+	defer l.Close()
+	const shards, writers, appends = 4, 8, 25
+	var wg sync.WaitGroup
+	type ack struct {
+		first uint64
+		tag   string
+	}
+	acks := make(chan ack, shards*writers*appends)
+	for s := range shards {
+		for w := range writers {
+			wg.Go(func() {
+				for i := range appends {
+					tag := fmt.Sprintf("w%d-%d", w, i)
+					first, err := l.Append(t.Context(), fmt.Sprintf("s%d", s), recs(tag, 3))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					acks <- ack{first, fmt.Sprintf("s%d/%s", s, tag)}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(acks)
+	// Every acknowledged batch is where its offset says, whole and in order.
+	records := map[string][][]byte{}
+	for s := range shards {
+		shard := fmt.Sprintf("s%d", s)
+		records[shard] = readAll(t, l, shard, 0)
+		if len(records[shard]) != writers*appends*3 {
+			t.Fatalf("%s: %d records, want %d", shard, len(records[shard]), writers*appends*3)
+		}
+	}
+	for a := range acks {
+		shard, tag := a.tag[:2], a.tag[3:]
+		for i := range 3 {
+			if got, want := string(records[shard][a.first+uint64(i)]), fmt.Sprintf("%s-%d", tag, i); got != want {
+				t.Fatalf("%s offset %d: %q, want %q", shard, a.first+uint64(i), got, want)
+			}
+		}
+	}
+	total := uint64(shards * writers * appends)
+	if f := l.Fsyncs(); f == 0 || f >= total {
+		t.Fatalf("%d fsyncs for %d concurrent appends: no group commit", f, total)
+	} else {
+		t.Logf("%d appends, %d fsyncs", total, f)
+	}
+}
+
+func TestTruncateThroughAPageBoundary(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, Options{})
+	ctx := t.Context()
+	l.Append(ctx, "s", recs("a", 3)) // 0..2
+	l.Append(ctx, "s", recs("b", 2)) // 3..4
+	l.Append(ctx, "s", recs("c", 4)) // 5..8
+	if err := l.TruncateThrough("s", 4); !errors.Is(err, ErrNotPageBoundary) {
+		t.Fatalf("truncate inside a page: %v", err)
+	}
+	if err := l.TruncateThrough("s", 5); err != nil {
+		t.Fatal(err)
+	}
+	info := l.Info("s")
+	if info.Floor != 5 || info.Pages != 1 || info.UnsealedBytes != 4*3 || info.Next != 9 {
+		t.Fatalf("after truncate: %+v", info)
+	}
+	for _, err := range l.Pages("s", 2) {
+		if !errors.Is(err, ErrTruncated) {
+			t.Fatalf("read below the floor: %v", err)
+		}
+	}
+	if got := readAll(t, l, "s", 5); len(got) != 4 || string(got[0]) != "c-0" {
+		t.Fatalf("after truncate: %q", got)
+	}
+	// Truncating everything keeps the offsets going, across a reopen.
+	if err := l.TruncateThrough("s", 9); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = open(t, dir, Options{})
+	defer l.Close()
+	if info := l.Info("s"); info.Floor != 9 || info.Next != 9 || info.Pages != 0 || !info.Oldest.IsZero() {
+		t.Fatalf("after truncating all and reopening: %+v", info)
+	}
+	if len(l.Shards()) != 0 {
+		t.Fatalf("shards with pages: %v", l.Shards())
+	}
+	if first, err := l.Append(ctx, "s", recs("d", 1)); err != nil || first != 9 {
+		t.Fatalf("append after truncating all: %d, %v; want 9", first, err)
+	}
+}
+
+func TestACorruptPageIsReportedWithItsPlace(t *testing.T) {
+	for name, damage := range map[string]func(l *Log){
+		"flipped byte": func(l *Log) {
+			k := pageKey("s", 3)
+			v, closer, _ := l.db.Get(k)
+			v = bytes.Clone(v)
+			closer.Close()
+			v[len(v)/2] ^= 0x40
+			l.db.Set(k, v, nil)
+		},
+		"page under another offset": func(l *Log) {
+			v, closer, _ := l.db.Get(pageKey("s", 0))
+			v = bytes.Clone(v)
+			closer.Close()
+			l.db.Set(pageKey("s", 3), v, nil)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := open(t, t.TempDir(), Options{})
+			defer l.Close()
+			l.Append(t.Context(), "s", recs("a", 3))
+			l.Append(t.Context(), "s", recs("b", 3))
+			damage(l)
+			var n int
+			var got error
+			for p, err := range l.Pages("s", 0) {
+				if err != nil {
+					got = err
+					break
+				}
+				n += len(p.Records)
+			}
+			var ce *CorruptionError
+			if !errors.As(got, &ce) || ce.Shard != "s" || ce.Offset != 3 || n != 3 {
+				t.Fatalf("read %d records, then %v; want 3 records and a corruption at s/3", n, got)
+			}
+		})
+	}
+}
+
+func TestAMissingPageFailsTheOpen(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, Options{})
+	for range 3 {
+		l.Append(t.Context(), "s", recs("x", 2))
+	}
+	l.db.Delete(pageKey("s", 2), nil)
+	l.Close()
+	_, err := Open(dir, Options{})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Offset != 4 {
+		t.Fatalf("open with a hole: %v; want a corruption at offset 4", err)
+	}
+}
+
+func TestBadCallsChangeNothing(t *testing.T) {
+	l := open(t, t.TempDir(), Options{})
+	if _, err := l.Append(t.Context(), "s", nil); err == nil {
+		t.Fatal("empty batch accepted")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := l.Append(ctx, "s", recs("x", 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled append: %v", err)
+	}
+	if info := l.Info("s"); info.Next != 0 || info.Pages != 0 {
+		t.Fatalf("refused appends changed the shard: %+v", info)
+	}
+	l.Close()
+	if _, err := l.Append(t.Context(), "s", recs("x", 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	if err := l.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second close: %v", err)
+	}
+}
