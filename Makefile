@@ -5,7 +5,7 @@ GO ?= go
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
-.PHONY: test vet emulators bench
+.PHONY: test vet emulators bench crash
 
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
@@ -22,3 +22,7 @@ emulators:
 # Until cmd/l0bench exists: the substrate benchmarks, 64 KiB objects per driver.
 bench:
 	$(WITH_EMULATORS) $(GO) test -run '^$$' -bench . -benchtime 2s ./substrate/...
+
+# The kill -9 campaign: hundreds of kill points instead of make test's 20.
+crash:
+	$(GO) test -count=1 -timeout 60m -run 'TestKilled' ./tests/ -args -kills 400

@@ -83,6 +83,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       opts.MemTableSize,
 		Logger:             pebbleLogger{opts.Logger},
+		// Pebble's default makes corruption found on a read fatal; l0 reports it as
+		// the read's error instead, and logs it.
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			opts.Logger.Error("wal: on-disk corruption", "path", info.Path, "err", info.Details)
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)

@@ -1,0 +1,2 @@
+// Package tests holds l0's integration, crash and fault tests across packages.
+package tests
