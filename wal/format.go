@@ -36,6 +36,8 @@ var (
 	ErrTruncated = errors.New("wal: offset truncated")
 	// ErrClosed reports use of a Log after Close.
 	ErrClosed = errors.New("wal: closed")
+	// ErrEmptyBatch reports an append of no records.
+	ErrEmptyBatch = errors.New("wal: empty batch")
 	// ErrNotPageBoundary reports a truncation point inside a page.
 	ErrNotPageBoundary = errors.New("wal: not a page boundary")
 )

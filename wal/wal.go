@@ -203,7 +203,7 @@ func (l *Log) exit() {
 // batch is refused. A context cancelled before the commit writes nothing.
 func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, error) {
 	if len(recs) == 0 {
-		return 0, errors.New("wal: empty batch")
+		return 0, ErrEmptyBatch
 	}
 	if err := l.enter(); err != nil {
 		return 0, err
@@ -376,33 +376,42 @@ func (l *Log) TruncateThrough(shard string, next uint64) error {
 	if next > st.mu.next {
 		return fmt.Errorf("wal: truncate shard %q through %d past its end %d: %w", shard, next, st.mu.next, ErrNotPageBoundary)
 	}
-	// Recount what stays, checking that next starts a page (or ends the log).
-	var (
-		pages   int
-		payload uint64
-		oldest  time.Time
-	)
-	boundary := next == st.mu.next
-	for p, err := range l.scan(shard, next) {
+	// Subtract the pages that go, reading their headers only, and check that the
+	// last of them ends at next: next must start a page or end the log.
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: pageKey(shard, 0), UpperBound: pageKey(shard, next)})
+	if err != nil {
+		return err
+	}
+	pages, payload, end := st.mu.pages, st.mu.payload, st.mu.floor
+	for valid := it.First(); valid; valid = it.Next() {
+		_, first, _ := parsePageKey(it.Key())
+		h, err := decodeHeader(shard, first, it.Value())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		pages--
+		payload -= h.payload
+		end = first + uint64(h.count)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("wal: truncate shard %q: %w", shard, err)
+	}
+	if end != next {
+		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
+	}
+	var oldest time.Time
+	if pages > 0 {
+		v, closer, err := l.db.Get(pageKey(shard, next))
+		if err != nil {
+			return fmt.Errorf("wal: truncate shard %q: page at %d: %w", shard, next, err)
+		}
+		h, err := decodeHeader(shard, next, v)
+		closer.Close()
 		if err != nil {
 			return err
 		}
-		if p.FirstOffset == next {
-			boundary = true
-		}
-		if !boundary {
-			break
-		}
-		if pages == 0 {
-			oldest = p.AppendedAt
-		}
-		pages++
-		for _, r := range p.Records {
-			payload += uint64(len(r))
-		}
-	}
-	if !boundary {
-		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
+		oldest = h.appendedAt
 	}
 	b := l.db.NewBatch()
 	defer b.Close()
