@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -44,8 +46,9 @@ func (o *Options) EnsureDefaults() {
 // Log is the WAL of one engine. It is safe for concurrent use; appends to one shard
 // are ordered, appends to different shards run in parallel and share fsyncs.
 type Log struct {
-	db   *pebble.DB
-	opts Options
+	db       *pebble.DB
+	fsCloser io.Closer // stops the disk-health checks of db's file system
+	opts     Options
 
 	mu struct {
 		sync.RWMutex
@@ -79,7 +82,13 @@ type shardState struct {
 // Open opens (creating it if needed) the log in dir and loads every shard's state.
 func Open(dir string, opts Options) (*Log, error) {
 	opts.EnsureDefaults()
+	// Pebble starts a disk-health goroutine for its default file system and stops it
+	// only in DB.Close, so a failed Open would leak it: l0 owns it instead.
+	fs, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+		opts.Logger.Warn("wal: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+	})
 	db, err := pebble.Open(dir, &pebble.Options{
+		FS:                 fs,
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       opts.MemTableSize,
 		Logger:             pebbleLogger{opts.Logger},
@@ -90,13 +99,15 @@ func Open(dir string, opts Options) (*Log, error) {
 		}},
 	})
 	if err != nil {
+		fsCloser.Close()
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
-	l := &Log{db: db, opts: opts}
+	l := &Log{db: db, fsCloser: fsCloser, opts: opts}
 	l.ops.cond.L = &l.ops.Mutex
 	l.mu.shards = make(map[string]*shardState)
 	if err := l.load(); err != nil {
 		db.Close()
+		fsCloser.Close()
 		return nil, err
 	}
 	return l, nil
@@ -458,7 +469,7 @@ func (l *Log) Close() error {
 		l.ops.cond.Wait()
 	}
 	l.ops.Unlock()
-	return l.db.Close()
+	return errors.Join(l.db.Close(), l.fsCloser.Close())
 }
 
 // pebbleLogger sends pebble's messages to slog.

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/l0store/l0/shard"
+)
+
+// Metrics is a snapshot of the engine's counters and of its shards.
+type Metrics struct {
+	// Appends, AppendedRecords and AppendedBytes count acknowledged appends and what
+	// they carried; AppendDuration is the sum of their latencies.
+	Appends         uint64
+	AppendedRecords uint64
+	AppendedBytes   uint64
+	AppendDuration  time.Duration
+	// AppendErrors counts failed appends by reason (see the reason label of
+	// l0_append_errors_total).
+	AppendErrors map[string]uint64
+	// WALFsyncs counts the WAL's fsyncs; with concurrent appends it grows more slowly
+	// than Appends, by the group commit.
+	WALFsyncs uint64
+	// Shards has an entry for every open shard and every shard with unsealed
+	// records in the WAL.
+	Shards map[string]ShardMetrics
+}
+
+// ShardMetrics is one shard's state.
+type ShardMetrics struct {
+	// UnsealedBytes is the size of the shard's records not yet sealed.
+	UnsealedBytes uint64
+	// OldestUnsealed is when the oldest of them was appended; zero without any.
+	OldestUnsealed time.Time
+}
+
+// Reasons of failed appends, the values of the reason label.
+const (
+	reasonInvalid  = "invalid"  // refused input: empty batch or record, too large
+	reasonClosed   = "closed"   // the shard or engine was closed
+	reasonCanceled = "canceled" // the context ended before the commit
+	reasonWAL      = "wal"      // the WAL failed to commit or sync
+)
+
+var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonWAL}
+
+// metrics are the engine's collectors. It is the shards' Observer.
+type metrics struct {
+	e *Engine
+
+	appends    prometheus.Counter
+	records    prometheus.Counter
+	bytes      prometheus.Counter
+	duration   prometheus.Histogram
+	errors     *prometheus.CounterVec
+	fsyncs     prometheus.CounterFunc
+	unsealed   *prometheus.Desc
+	oldestAge  *prometheus.Desc
+	lastFsyncs atomic.Uint64 // the WAL's count, kept for Metrics after Close
+
+	registerer prometheus.Registerer
+	registered []prometheus.Collector
+}
+
+var _ shard.Observer = (*metrics)(nil)
+
+func newMetrics(e *Engine) *metrics {
+	m := &metrics{
+		e: e,
+		appends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "l0_append_total", Help: "Appends acknowledged (durable).",
+		}),
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "l0_appended_records_total", Help: "Records in acknowledged appends.",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "l0_appended_bytes_total", Help: "Record bytes in acknowledged appends.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "l0_append_duration_seconds",
+			Help:    "Latency of acknowledged appends, from the call to durable.",
+			Buckets: prometheus.ExponentialBucketsRange(50e-6, 10, 20),
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "l0_append_errors_total",
+			Help: "Appends that failed, by reason: invalid input, closed, canceled before the commit, wal failure.",
+		}, []string{"reason"}),
+		unsealed: prometheus.NewDesc("l0_unsealed_bytes",
+			"Bytes of a shard's records in the WAL, not yet sealed.", []string{"shard"}, nil),
+		oldestAge: prometheus.NewDesc("l0_oldest_unsealed_age_seconds",
+			"Age of a shard's oldest record not yet sealed; 0 without any.", []string{"shard"}, nil),
+	}
+	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
+	}, func() float64 { return float64(m.walFsyncs()) })
+	for _, r := range reasons {
+		m.errors.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	m.registerer = reg
+	for _, c := range []prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, shardCollector{m}} {
+		if err := reg.Register(c); err != nil {
+			m.unregister()
+			return errors.Join(ErrInvalidOptions, err)
+		}
+		m.registered = append(m.registered, c)
+	}
+	return nil
+}
+
+func (m *metrics) unregister() {
+	m.lastFsyncs.Store(m.walFsyncs())
+	for _, c := range m.registered {
+		m.registerer.Unregister(c)
+	}
+	m.registered = nil
+}
+
+func (m *metrics) walFsyncs() uint64 {
+	if n := m.e.log.Fsyncs(); n > 0 {
+		return n
+	}
+	return m.lastFsyncs.Load()
+}
+
+// ObserveAppend implements shard.Observer.
+func (m *metrics) ObserveAppend(records, bytes int, took time.Duration, err error) {
+	if err != nil {
+		m.errors.WithLabelValues(reason(err)).Inc()
+		return
+	}
+	m.appends.Inc()
+	m.records.Add(float64(records))
+	m.bytes.Add(float64(bytes))
+	m.duration.Observe(took.Seconds())
+}
+
+func reason(err error) string {
+	switch {
+	case errors.Is(err, shard.ErrEmptyBatch), errors.Is(err, shard.ErrEmptyRecord),
+		errors.Is(err, shard.ErrRecordTooLarge), errors.Is(err, shard.ErrBatchTooLarge):
+		return reasonInvalid
+	case errors.Is(err, shard.ErrClosed):
+		return reasonClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return reasonCanceled
+	}
+	return reasonWAL
+}
+
+// shards returns the ids of the open shards and of the shards with pages in the WAL.
+func (m *metrics) shards() []string {
+	ids := m.e.log.Shards()
+	for _, sh := range m.e.openShards() {
+		ids = append(ids, sh.ID())
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// Metrics returns a snapshot of the engine's metrics.
+func (e *Engine) Metrics() Metrics {
+	m := e.metrics
+	var h dto.Metric
+	_ = m.duration.Write(&h)
+	out := Metrics{
+		Appends:         counterValue(m.appends),
+		AppendedRecords: counterValue(m.records),
+		AppendedBytes:   counterValue(m.bytes),
+		AppendDuration:  time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
+		AppendErrors:    make(map[string]uint64, len(reasons)),
+		WALFsyncs:       m.walFsyncs(),
+		Shards:          make(map[string]ShardMetrics),
+	}
+	for _, r := range reasons {
+		out.AppendErrors[r] = counterValue(m.errors.WithLabelValues(r))
+	}
+	for _, id := range m.shards() {
+		info := e.log.Info(id)
+		out.Shards[id] = ShardMetrics{UnsealedBytes: info.UnsealedBytes, OldestUnsealed: info.Oldest}
+	}
+	return out
+}
+
+func counterValue(c prometheus.Counter) uint64 {
+	var d dto.Metric
+	_ = c.Write(&d)
+	return uint64(d.GetCounter().GetValue())
+}
+
+// shardCollector collects the per-shard gauges from the WAL's state when scraped,
+// so the append path updates nothing for them.
+type shardCollector struct{ m *metrics }
+
+func (c shardCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.unsealed
+	ch <- c.m.oldestAge
+}
+
+func (c shardCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for _, id := range c.m.shards() {
+		info := c.m.e.log.Info(id)
+		age := 0.0
+		if !info.Oldest.IsZero() {
+			age = max(0, now.Sub(info.Oldest).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(c.m.unsealed, prometheus.GaugeValue, float64(info.UnsealedBytes), id)
+		ch <- prometheus.MustNewConstMetric(c.m.oldestAge, prometheus.GaugeValue, age, id)
+	}
+}

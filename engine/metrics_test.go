@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestEverySeriesExistsAtZeroAndTheRegistryLintsClean(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	open(t, Options{Dir: t.TempDir(), Registerer: reg})
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
+	want := `
+# HELP l0_append_total Appends acknowledged (durable).
+# TYPE l0_append_total counter
+l0_append_total 0
+# HELP l0_appended_bytes_total Record bytes in acknowledged appends.
+# TYPE l0_appended_bytes_total counter
+l0_appended_bytes_total 0
+# HELP l0_appended_records_total Records in acknowledged appends.
+# TYPE l0_appended_records_total counter
+l0_appended_records_total 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "l0_append_total", "l0_appended_records_total", "l0_appended_bytes_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "l0_append_errors_total"); err != nil || n != len(reasons) {
+		t.Fatalf("l0_append_errors_total has %d series (%v), want one per reason", n, err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "l0_append_duration_seconds", "l0_wal_fsyncs_total"); err != nil || n != 2 {
+		t.Fatalf("duration and fsyncs: %d series (%v)", n, err)
+	}
+}
+
+func TestAppendsAreCountedInTheRegistryAndTheSnapshot(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	e := open(t, Options{Dir: t.TempDir(), Registerer: reg})
+	sh := openShard(t, e, "orders-7")
+	for range 3 {
+		if _, err := sh.Append(ctx, []byte("abc"), []byte("de")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh.Append(ctx) // refused: counted as invalid
+	m := e.Metrics()
+	if m.Appends != 3 || m.AppendedRecords != 6 || m.AppendedBytes != 15 || m.AppendDuration <= 0 {
+		t.Fatalf("snapshot: %+v", m)
+	}
+	if m.WALFsyncs == 0 || m.WALFsyncs > 3 {
+		t.Fatalf("%d fsyncs for 3 sequential appends", m.WALFsyncs)
+	}
+	if s := m.Shards["orders-7"]; s.UnsealedBytes != 15 || s.OldestUnsealed.IsZero() {
+		t.Fatalf("shard snapshot: %+v", s)
+	}
+	for name, want := range map[string]float64{
+		"l0_append_total": 3, "l0_appended_records_total": 6, "l0_appended_bytes_total": 15,
+	} {
+		if got := gathered(t, reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(e.metrics.errors.WithLabelValues(reasonInvalid)); got != 1 {
+		t.Errorf("invalid appends = %v, want 1", got)
+	}
+	want := `
+# HELP l0_unsealed_bytes Bytes of a shard's records in the WAL, not yet sealed.
+# TYPE l0_unsealed_bytes gauge
+l0_unsealed_bytes{shard="orders-7"} 15
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "l0_unsealed_bytes"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testutil.GatherAndCount(reg, "l0_oldest_unsealed_age_seconds"); n != 1 {
+		t.Fatalf("%d age series, want 1", n)
+	}
+}
+
+// gathered returns the value of the counter name as the registry exposes it.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not registered", name)
+	return 0
+}
+
+func TestEnginesShareARegistererOneAfterAnother(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	dir := t.TempDir()
+	e := open(t, Options{Dir: dir, Registerer: reg})
+	if other, err := Open(context.Background(), Options{Dir: t.TempDir(), Registerer: reg}); !errors.Is(err, ErrInvalidOptions) {
+		if other != nil {
+			other.Close()
+		}
+		t.Fatalf("a second engine on the same registerer at once: %v, want ErrInvalidOptions", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open(t, Options{Dir: dir, Registerer: reg})
+}
