@@ -16,6 +16,11 @@
 //	floor key:  'f' | shard id        value: uint64 BE, the offset the shard's pages
 //	                                   start at after a truncation (the sealed watermark)
 //
+//	l0-acked:   a file beside pebble's, the acknowledged watermark: per shard the floor
+//	            and the end of the acknowledged records, rewritten atomically at most
+//	            every Options.AckedInterval and at Close (format in acked.go). Open
+//	            refuses a log that replays to less.
+//
 // The CRC-32C (Castagnoli) covers the page key and every value byte before it, so a
 // page that is damaged, or found under another shard's or offset's key, is reported as
 // corruption. Shard ids never contain 0x00, so the separator keeps one shard's keys
@@ -25,7 +30,8 @@
 // writes batches to its own WAL in commit order and an fsync covers a prefix of it, so
 // a page is never durable before an earlier page of the same shard. Pebble drops a
 // torn tail of its WAL at open (those appends were never acknowledged) and reports
-// corruption anywhere else.
+// corruption anywhere else, except inside its last log file, where damage reads as a
+// torn tail too: the l0-acked watermark is what reports that.
 //
 // Usage:
 //

@@ -28,6 +28,11 @@ type Options struct {
 	MemTableSize uint64
 	// Now is the clock stamped on pages. Default time.Now.
 	Now func() time.Time
+	// AckedInterval is how often, at most, the acknowledged watermark is rewritten
+	// while the log changes (see the l0-acked file in doc.go). Acknowledged records
+	// whose loss inside pebble's last log file goes undetected are at most those of
+	// the last interval before a crash. Default 100 ms.
+	AckedInterval time.Duration
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -37,6 +42,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.AckedInterval == 0 {
+		o.AckedInterval = 100 * time.Millisecond
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -48,7 +56,16 @@ func (o *Options) EnsureDefaults() {
 type Log struct {
 	db       *pebble.DB
 	fsCloser io.Closer // stops the disk-health checks of db's file system
+	dir      string
 	opts     Options
+
+	// changes counts appends and truncations; the watermark goroutine rewrites the
+	// l0-acked file when it moved since written, which only that goroutine (and Close
+	// after it) touches.
+	changes   atomic.Uint64
+	written   uint64
+	stopMarks chan struct{}
+	marksDone chan struct{}
 
 	mu struct {
 		sync.RWMutex
@@ -77,6 +94,9 @@ type shardState struct {
 		payload uint64    // record bytes in the shard's pages
 		oldest  time.Time // appended-at of the first page; zero without pages
 	}
+	// acked is the end of the shard's records known durable: appends raise it after
+	// their sync.
+	acked atomic.Uint64
 }
 
 // Open opens (creating it if needed) the log in dir and loads every shard's state.
@@ -102,15 +122,35 @@ func Open(dir string, opts Options) (*Log, error) {
 		fsCloser.Close()
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
-	l := &Log{db: db, fsCloser: fsCloser, opts: opts}
+	l := &Log{db: db, fsCloser: fsCloser, dir: dir, opts: opts}
 	l.ops.cond.L = &l.ops.Mutex
 	l.mu.shards = make(map[string]*shardState)
-	if err := l.load(); err != nil {
+	if err := l.recover(); err != nil {
 		db.Close()
 		fsCloser.Close()
 		return nil, err
 	}
+	l.stopMarks, l.marksDone = make(chan struct{}), make(chan struct{})
+	go l.syncMarks(l.stopMarks, l.marksDone)
 	return l, nil
+}
+
+// recover loads the shards' state and checks it against the acknowledged watermark.
+func (l *Log) recover() error {
+	marks, err := readMarks(l.dir)
+	if err != nil {
+		return err
+	}
+	if err := l.load(); err != nil {
+		return err
+	}
+	if err := l.checkMarks(marks); err != nil {
+		return err
+	}
+	for _, st := range l.mu.shards {
+		st.acked.Store(st.mu.next)
+	}
+	return nil
 }
 
 // load reads the floors and the page headers of every shard.
@@ -258,6 +298,14 @@ func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, 
 		l.failed.CompareAndSwap(nil, &err)
 		return 0, err
 	}
+	// Appends of a shard sync in offset order, but may return out of it.
+	for end := first + uint64(len(recs)); ; {
+		acked := st.acked.Load()
+		if acked >= end || st.acked.CompareAndSwap(acked, end) {
+			break
+		}
+	}
+	l.changes.Add(1)
 	return first, nil
 }
 
@@ -436,6 +484,7 @@ func (l *Log) TruncateThrough(shard string, next uint64) error {
 		return fmt.Errorf("wal: truncate shard %q: %w", shard, err)
 	}
 	st.mu.floor, st.mu.pages, st.mu.payload, st.mu.oldest = next, pages, payload, oldest
+	l.changes.Add(1)
 	return nil
 }
 
@@ -469,7 +518,13 @@ func (l *Log) Close() error {
 		l.ops.cond.Wait()
 	}
 	l.ops.Unlock()
-	return errors.Join(l.db.Close(), l.fsCloser.Close())
+	close(l.stopMarks)
+	<-l.marksDone
+	var errs []error
+	if err := l.writeMarksIfChanged(); err != nil {
+		errs = append(errs, fmt.Errorf("wal: writing the acknowledged watermark: %w", err))
+	}
+	return errors.Join(append(errs, l.db.Close(), l.fsCloser.Close())...)
 }
 
 // pebbleLogger sends pebble's messages to slog.

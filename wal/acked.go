@@ -1,0 +1,190 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// The acknowledged-watermark file. Changing any of these changes the on-disk format.
+//
+// Pebble reads a damaged record in its last log file as a torn tail and replays the
+// log only up to it, silently dropping every later record, although each was synced
+// and acknowledged. So the Log keeps, outside pebble, a lower bound of what it has
+// acknowledged: per shard the floor and the end of the acknowledged records. Open
+// refuses a log that replays to less.
+//
+//	+-----------+---------+--------------+---------------------------------------+----------+
+//	| magic     | version | shard count  | per shard: uvarint id length, id,     | CRC-32C  |
+//	| "l0ack"   | 1 byte  | uint32 BE    | floor uint64 BE, acked uint64 BE      | uint32 BE|
+//	+-----------+---------+--------------+---------------------------------------+----------+
+//
+// It is replaced atomically (temp file, fsync, rename, directory fsync) at most once
+// per Options.AckedInterval while appends or truncations happen, and at Close.
+const (
+	ackedFile     = "l0-acked"
+	ackedMagic    = "l0ack"
+	ackedVersion  = 1
+	maxAckedCount = 1 << 24
+)
+
+// mark is what the Log had durably done to one shard when the watermark was written.
+type mark struct {
+	floor uint64 // the shard's floor
+	acked uint64 // the end of its acknowledged records
+}
+
+func encodeMarks(marks map[string]mark) []byte {
+	b := append([]byte(ackedMagic), ackedVersion)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(marks)))
+	for _, id := range slices.Sorted(maps.Keys(marks)) {
+		m := marks[id]
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+		b = binary.BigEndian.AppendUint64(b, m.floor)
+		b = binary.BigEndian.AppendUint64(b, m.acked)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeMarks(b []byte) (map[string]mark, error) {
+	corrupt := func(reason string) error { return fmt.Errorf("wal: %s: %s: %w", ackedFile, reason, ErrCorrupt) }
+	head := len(ackedMagic) + 1 + 4
+	if len(b) < head+crcLen || string(b[:len(ackedMagic)]) != ackedMagic {
+		return nil, corrupt("not a watermark file")
+	}
+	body := b[:len(b)-crcLen]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(b[len(body):]) {
+		return nil, corrupt("checksum mismatch")
+	}
+	if v := b[len(ackedMagic)]; v != ackedVersion {
+		return nil, corrupt(fmt.Sprintf("unknown version %d", v))
+	}
+	n := binary.BigEndian.Uint32(b[len(ackedMagic)+1:])
+	if n > maxAckedCount {
+		return nil, corrupt(fmt.Sprintf("%d shards", n))
+	}
+	marks := make(map[string]mark, n)
+	rest := body[head:]
+	for range n {
+		l, k := binary.Uvarint(rest)
+		if k <= 0 || l > uint64(len(rest)-k) || uint64(len(rest)-k)-l < 16 {
+			return nil, corrupt("truncated entry")
+		}
+		id := string(rest[k : k+int(l)])
+		rest = rest[k+int(l):]
+		marks[id] = mark{floor: binary.BigEndian.Uint64(rest), acked: binary.BigEndian.Uint64(rest[8:])}
+		rest = rest[16:]
+	}
+	if len(rest) != 0 {
+		return nil, corrupt("trailing bytes")
+	}
+	return marks, nil
+}
+
+// readMarks reads the watermark file of dir; a missing file is no watermark.
+func readMarks(dir string) (map[string]mark, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ackedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	return decodeMarks(b)
+}
+
+// writeMarks replaces the watermark file of dir atomically and durably.
+func writeMarks(dir string, marks map[string]mark) error {
+	tmp := filepath.Join(dir, ackedFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(encodeMarks(marks))
+	if err == nil {
+		err = f.Sync()
+	}
+	if err := errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ackedFile)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// checkMarks compares what the log replayed with the watermark: a shard that ends
+// before its acknowledged records, or whose floor went back, lost synced data.
+func (l *Log) checkMarks(marks map[string]mark) error {
+	for _, id := range slices.Sorted(maps.Keys(marks)) {
+		m := marks[id]
+		st := l.stateLocked(id)
+		switch {
+		case st.mu.next < m.acked:
+			return &CorruptionError{Shard: id, Offset: st.mu.next, Reason: fmt.Sprintf(
+				"acknowledged records %d to %d are missing: pebble's log replayed short of what was synced", st.mu.next, m.acked-1)}
+		case st.mu.floor < m.floor:
+			return &CorruptionError{Shard: id, Offset: st.mu.floor, Reason: fmt.Sprintf(
+				"the floor went back from %d: a durable truncation is missing", m.floor)}
+		}
+	}
+	return nil
+}
+
+// marks returns the watermark of every shard now.
+func (l *Log) marks() map[string]mark {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make(map[string]mark, len(l.mu.shards))
+	for id, st := range l.mu.shards {
+		st.mu.Lock()
+		m := mark{floor: st.mu.floor, acked: st.acked.Load()}
+		st.mu.Unlock()
+		if m != (mark{}) {
+			out[id] = m
+		}
+	}
+	return out
+}
+
+// syncMarks writes the watermark whenever it changed, at most once per interval,
+// until stop is closed.
+func (l *Log) syncMarks(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(l.opts.AckedInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if err := l.writeMarksIfChanged(); err != nil {
+				l.opts.Logger.Error("wal: writing the acknowledged watermark", "err", err)
+			}
+		}
+	}
+}
+
+func (l *Log) writeMarksIfChanged() error {
+	gen := l.changes.Load()
+	if gen == l.written {
+		return nil
+	}
+	if err := writeMarks(l.dir, l.marks()); err != nil {
+		return err
+	}
+	l.written = gen
+	return nil
+}
