@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/wal"
+	"github.com/l0store/l0/engine"
 )
 
 var kills = flag.Int("kills", 20, "kill points of TestKilledAppenderLosesNoAcknowledgedRecord")
@@ -120,24 +120,29 @@ func runAndKill(t *testing.T, dir string, kill int, delay time.Duration) []batch
 
 func verify(t *testing.T, dir string, acked map[string][]batch, kill int) {
 	t.Helper()
-	l, err := wal.Open(dir, wal.Options{})
+	ctx := context.Background()
+	e, err := engine.Open(ctx, engine.Options{Dir: dir})
 	if err != nil {
 		t.Fatalf("kill %d: reopen: %v", kill, err)
 	}
-	defer l.Close()
+	defer e.Close()
 	for s := range crashShards {
 		shard := fmt.Sprintf("shard-%d", s)
+		sh, err := e.OpenShard(ctx, shard)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var recs [][]byte
-		for p, err := range l.Pages(shard, 0) {
+		for rec, err := range sh.Read(ctx, 0) {
 			if err != nil {
 				t.Fatalf("kill %d: read %s: %v", kill, shard, err)
 			}
-			if p.FirstOffset != uint64(len(recs)) {
-				t.Fatalf("kill %d: %s: page at %d after %d records", kill, shard, p.FirstOffset, len(recs))
+			if rec.Offset != uint64(len(recs)) {
+				t.Fatalf("kill %d: %s: offset %d after %d records", kill, shard, rec.Offset, len(recs))
 			}
-			recs = append(recs, p.Records...)
+			recs = append(recs, rec.Value)
 		}
-		if info := l.Info(shard); info.Next != uint64(len(recs)) {
+		if info := sh.Info(); info.Next != uint64(len(recs)) {
 			t.Fatalf("kill %d: %s: next offset %d, %d records", kill, shard, info.Next, len(recs))
 		}
 		for _, b := range acked[shard] {
@@ -183,7 +188,8 @@ func parseRecord(t *testing.T, r []byte) (string, uint64) {
 // each acknowledged batch. Records carry a writer name unique to this process, so
 // each writer's sequence restarts at 0 in every generation.
 func crashChild(dir string) {
-	l, err := wal.Open(dir, wal.Options{})
+	ctx := context.Background()
+	e, err := engine.Open(ctx, engine.Options{Dir: dir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open:", err)
 		os.Exit(2)
@@ -200,9 +206,13 @@ func crashChild(dir string) {
 	report("ready\n")
 	var wg sync.WaitGroup
 	for s := range crashShards {
+		sh, err := e.OpenShard(ctx, fmt.Sprintf("shard-%d", s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child: open shard:", err)
+			os.Exit(2)
+		}
 		for g := range crashWriters {
 			wg.Go(func() {
-				shard := fmt.Sprintf("shard-%d", s)
 				writer := fmt.Sprintf("g%s-w%d", gen, g)
 				rng := rand.New(rand.NewPCG(uint64(s), uint64(g)))
 				for seq := uint64(0); ; {
@@ -213,12 +223,12 @@ func crashChild(dir string) {
 						recs[i] = fmt.Appendf(nil, "%s %d %s", writer, seq, pad)
 						seq++
 					}
-					first, err := l.Append(context.Background(), shard, recs)
+					first, err := sh.Append(ctx, recs...)
 					if err != nil {
 						fmt.Fprintln(os.Stderr, "child: append:", err)
 						os.Exit(3)
 					}
-					report(fmt.Sprintf("ack %s %d %d %d\n", shard, first, n, batchCRC(recs)))
+					report(fmt.Sprintf("ack %s %d %d %d\n", sh.ID(), first, n, batchCRC(recs)))
 				}
 			})
 		}
