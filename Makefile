@@ -5,7 +5,7 @@ GO ?= go
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
-.PHONY: test vet emulators bench crash
+.PHONY: test vet emulators bench bench-substrate crash
 
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
@@ -19,8 +19,13 @@ vet:
 emulators:
 	@scripts/emulators.sh
 
-# Until cmd/l0bench exists: the substrate benchmarks, 64 KiB objects per driver.
+# l0bench's default suite; figures on stdout, one JSON line per result in
+# l0bench-results.jsonl. Flags: go run ./cmd/l0bench -h.
 bench:
+	$(GO) run -ldflags "-X main.commit=$$(git rev-parse --short HEAD 2>/dev/null)" ./cmd/l0bench $(BENCHFLAGS)
+
+# The substrate drivers' Go benchmarks: 64 KiB objects per driver.
+bench-substrate:
 	$(WITH_EMULATORS) $(GO) test -run '^$$' -bench . -benchtime 2s ./substrate/...
 
 # The kill -9 campaign: hundreds of kill points instead of make test's 20.

@@ -87,12 +87,32 @@ func parsePageKey(k []byte) (shard string, first uint64, ok bool) {
 	return string(k[1 : len(k)-9]), binary.BigEndian.Uint64(k[len(k)-8:]), true
 }
 
-// encodePage appends the value of a page to dst.
+// pageLen is the length of the value of a page of recs.
+func pageLen(recs [][]byte) int {
+	n := pageHeaderLen + crcLen
+	for _, r := range recs {
+		n += uvarintLen(uint64(len(r))) + len(r)
+	}
+	return n
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// encodePage appends the value of a page to dst; with pageLen(recs) bytes of capacity
+// it does so in place.
 func encodePage(dst []byte, shard string, first uint64, at time.Time, recs [][]byte) []byte {
 	var payload uint64
 	for _, r := range recs {
 		payload += uint64(len(r))
 	}
+	start := len(dst)
 	dst = append(dst, pageVersion)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(recs)))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(at.UnixNano()))
@@ -101,7 +121,7 @@ func encodePage(dst []byte, shard string, first uint64, at time.Time, recs [][]b
 		dst = binary.AppendUvarint(dst, uint64(len(r)))
 		dst = append(dst, r...)
 	}
-	crc := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, dst)
+	crc := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, dst[start:])
 	return binary.BigEndian.AppendUint32(dst, crc)
 }
 

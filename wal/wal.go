@@ -18,6 +18,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
+// batchOverhead bounds what a pebble batch of one Set adds to its key and value: the
+// batch header, the kind and two uvarint lengths.
+const batchOverhead = 12 + 1 + 2*binary.MaxVarintLen32
+
 // Options configure a Log.
 type Options struct {
 	// Logger receives pebble's messages; nil discards them.
@@ -261,7 +265,11 @@ func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, 
 	}
 	defer l.exit()
 	st := l.state(shard)
-	b := l.db.NewBatch()
+	key := pageKey(shard, 0)
+	vlen := pageLen(recs)
+	// The page is encoded straight into the batch: no copy of the records but the
+	// one into pebble's batch.
+	b := l.db.NewBatchWithSize(batchOverhead + len(key) + vlen)
 	defer b.Close()
 
 	// Under the shard's lock: take the offsets and enter pebble's commit pipeline, so
@@ -274,8 +282,13 @@ func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, 
 	}
 	first := st.mu.next
 	now := l.opts.Now()
-	val := encodePage(nil, shard, first, now, recs)
-	if err := b.Set(pageKey(shard, first), val, nil); err != nil {
+	op := b.SetDeferred(len(key), vlen)
+	binary.BigEndian.PutUint64(key[len(key)-8:], first)
+	copy(op.Key, key)
+	if v := encodePage(op.Value[:0], shard, first, now, recs); len(v) != vlen {
+		panic(fmt.Sprintf("wal: page of %d bytes encoded to %d", vlen, len(v)))
+	}
+	if err := op.Finish(); err != nil {
 		st.mu.Unlock()
 		return 0, err
 	}

@@ -1,0 +1,280 @@
+// Command l0bench measures l0 beside its baselines and the physical limit, in one
+// run, on the machine it runs on.
+//
+// With no arguments it runs the default suite in a temporary directory. Every figure
+// is the median of -rounds runs, and the contenders of a scenario run interleaved
+// (A B C A B C ...) so that a noisy machine disturbs them alike. It prints a table on
+// stdout and appends one JSON line per scenario and configuration to -results.
+//
+// Scenarios:
+//
+//	append   1 KiB records, 16 per batch, from -appenders goroutines spread over
+//	         1, 8 and 64 shards; beside raw append+fdatasync (one writer), an ideal
+//	         raw group commit, and pebble synced commits of the same batches.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// commit is set by the Makefile (-ldflags -X main.commit=...).
+var commit = ""
+
+type config struct {
+	scenarios  []string
+	dir        string
+	results    string
+	rounds     int
+	duration   time.Duration
+	shards     []int
+	appenders  int
+	recordSize int
+	batch      int
+}
+
+func main() {
+	var cfg config
+	var scenarios, shards string
+	flag.StringVar(&scenarios, "scenario", "append", "comma-separated scenarios to run: append")
+	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
+	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
+	flag.IntVar(&cfg.rounds, "rounds", 5, "runs of each contender; figures are their medians")
+	flag.DurationVar(&cfg.duration, "duration", time.Second, "length of one run")
+	flag.StringVar(&shards, "shards", "1,8,64", "append: shard counts")
+	flag.IntVar(&cfg.appenders, "appenders", 64, "append: concurrent appenders")
+	flag.IntVar(&cfg.recordSize, "record-size", 1024, "append: record size in bytes")
+	flag.IntVar(&cfg.batch, "batch", 16, "append: records per append")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	cfg.scenarios = strings.Split(scenarios, ",")
+	var err error
+	if cfg.shards, err = parseInts(shards); err != nil {
+		fatalf("-shards: %v", err)
+	}
+	if cfg.rounds < 1 || cfg.appenders < 1 || cfg.recordSize < 1 || cfg.batch < 1 || cfg.duration <= 0 {
+		fatalf("-rounds, -appenders, -record-size, -batch and -duration must be positive")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fatalf("-cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("-cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		pprof.StopCPUProfile()
+		fatalf("%v", err)
+	}
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "l0bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	root := cfg.dir
+	if root == "" {
+		tmp, err := os.MkdirTemp("", "l0bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		root = tmp
+	}
+	results, err := os.OpenFile(cfg.results, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer results.Close()
+	fmt.Fprintf(out, "l0bench %s · %s · %d cores · data in %s\n\n", commitID(), runtime.Version(), runtime.NumCPU(), root)
+	for _, sc := range cfg.scenarios {
+		switch sc {
+		case "append":
+			if err := appendScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("unknown scenario %q", sc)
+		}
+	}
+	fmt.Fprintf(out, "\nresults appended to %s\n", cfg.results)
+	return nil
+}
+
+func appendScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
+	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch, duration: cfg.duration}
+	prog := newProgress("append", cfg.rounds*(3+len(cfg.shards)))
+	cs, samples, err := runAppendScenario(ctx, root, p, cfg.shards, cfg.rounds, prog)
+	prog.done()
+	if err != nil {
+		return err
+	}
+	figs := make([]figures, len(cs))
+	base := map[string]figures{}
+	for i, c := range cs {
+		figs[i] = summarize(samples[i])
+		if c.shards == 0 {
+			base[c.key] = figs[i]
+		}
+	}
+
+	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders · median of %d runs of %s, interleaved\n",
+		p.recordSize, p.batch, p.appenders, cfg.rounds, p.duration)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\tshards\tMB/s\trecords/s\tack p50 ms\tack p99 ms\tappends/fsync\tvs raw group\tvs pebble\t")
+	for i, c := range cs {
+		f, shards := figs[i], "-"
+		if c.shards > 0 {
+			shards = strconv.Itoa(c.shards)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f\t%.2f\t%.2f\t%.1f\t%.2fx\t%.2fx\t\n", c.name, shards, f.MBps, f.RecordsPerS,
+			f.P50Ms, f.P99Ms, f.AppendsPerSync, ratio(f.MBps, base[rawGroup].MBps), ratio(f.MBps, base[pebbleRaw].MBps))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(results)
+	for i, c := range cs {
+		if c.shards == 0 {
+			continue
+		}
+		f := figs[i]
+		err := enc.Encode(resultLine{
+			Time:     time.Now().UTC().Format(time.RFC3339),
+			Scenario: "append",
+			Params: map[string]any{
+				"shards": c.shards, "appenders": p.appenders, "record_size": p.recordSize,
+				"batch": p.batch, "run_seconds": p.duration.Seconds(), "rounds": cfg.rounds,
+			},
+			Figures:   f,
+			Baselines: base,
+			Ratios: map[string]float64{
+				"mb_per_s_vs_raw_group_commit":      ratio(f.MBps, base[rawGroup].MBps),
+				"mb_per_s_vs_raw_append_fdatasync":  ratio(f.MBps, base[rawAppend].MBps),
+				"mb_per_s_vs_pebble_synced_commits": ratio(f.MBps, base[pebbleRaw].MBps),
+				"ack_p50_vs_raw_append_fdatasync":   ratio(f.P50Ms, base[rawAppend].P50Ms),
+				"ack_p99_vs_raw_append_fdatasync":   ratio(f.P99Ms, base[rawAppend].P99Ms),
+			},
+			Env: envInfo(),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resultLine is one line of the results file: one scenario run in one configuration.
+type resultLine struct {
+	Time      string             `json:"time"`
+	Scenario  string             `json:"scenario"`
+	Params    map[string]any     `json:"params"`
+	Figures   figures            `json:"figures"`
+	Baselines map[string]figures `json:"baselines"`
+	Ratios    map[string]float64 `json:"ratios"`
+	Env       env                `json:"env"`
+}
+
+type env struct {
+	Cores        int    `json:"cores"`
+	Go           string `json:"go"`
+	Commit       string `json:"commit"`
+	Host         string `json:"host"`
+	PeakRSSBytes int64  `json:"peak_rss_bytes"`
+	GoHeapSys    uint64 `json:"go_heap_sys_bytes"`
+}
+
+// envInfo is what a result line says about where it was measured.
+func envInfo() env {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	host, _ := os.Hostname()
+	return env{
+		Cores:        runtime.NumCPU(),
+		Go:           runtime.Version(),
+		Commit:       commitID(),
+		Host:         host,
+		PeakRSSBytes: ru.Maxrss * 1024, // Linux reports KiB
+		GoHeapSys:    ms.HeapSys,
+	}
+}
+
+func commitID() string {
+	if commit != "" {
+		return commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return s.Value[:12]
+			}
+		}
+	}
+	return "unknown"
+}
+
+// progress draws a one-line progress bar on stderr, redrawn at each step, once a
+// scenario has run for a few seconds.
+type progress struct {
+	name  string
+	total int
+	n     int
+	start time.Time
+	shown bool
+}
+
+func newProgress(name string, total int) *progress {
+	return &progress{name: name, total: total, start: time.Now()}
+}
+
+func (p *progress) step() {
+	p.n++
+	if time.Since(p.start) < 3*time.Second {
+		return
+	}
+	const width = 30
+	filled := width * p.n / max(1, p.total)
+	fmt.Fprintf(os.Stderr, "\r%-8s [%s%s] %d/%d runs, %s", p.name, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
+		p.n, p.total, time.Since(p.start).Round(time.Second))
+	p.shown = true
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintln(os.Stderr)
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount runs the
+// scenario briefly: every contender appended, and each result line carries figures,
+// the three baselines and their ratios.
+func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *testing.T) {
+	results := filepath.Join(t.TempDir(), "results.jsonl")
+	cfg := config{
+		scenarios: []string{"append"}, dir: t.TempDir(), results: results, rounds: 1,
+		duration: 50 * time.Millisecond, shards: []int{1, 2}, appenders: 4, recordSize: 1024, batch: 16,
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"raw append+fdatasync", "raw group commit", "pebble synced commits", "l0"} {
+		if !strings.Contains(out.String(), name) {
+			t.Errorf("table lacks %q:\n%s", name, out.String())
+		}
+	}
+	f, err := os.Open(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines int
+	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
+		var l resultLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Scenario != "append" || l.Figures.MBps <= 0 || l.Figures.P99Ms <= 0 || len(l.Baselines) != 3 {
+			t.Fatalf("line %d: %+v", lines, l)
+		}
+		for k, v := range l.Ratios {
+			if v <= 0 {
+				t.Fatalf("line %d: ratio %s = %v", lines, k, v)
+			}
+		}
+		if l.Env.Cores == 0 || l.Env.PeakRSSBytes == 0 {
+			t.Fatalf("line %d: env %+v", lines, l.Env)
+		}
+	}
+	if lines != 2 {
+		t.Fatalf("%d result lines, want one per shard count", lines)
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"slices"
+	"time"
+)
+
+// sample is one timed run of one contender.
+type sample struct {
+	ops     int // appends (batches) acknowledged
+	records int
+	bytes   int64
+	elapsed time.Duration
+	lat     []time.Duration // per acknowledged append
+	fsyncs  uint64          // 0 when the contender does not know
+}
+
+func (s sample) mbps() float64        { return float64(s.bytes) / 1e6 / s.elapsed.Seconds() }
+func (s sample) recordsPerS() float64 { return float64(s.records) / s.elapsed.Seconds() }
+func (s sample) percentile(p float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	l := slices.Clone(s.lat)
+	slices.Sort(l)
+	return l[min(len(l)-1, int(p*float64(len(l))))]
+}
+
+// figures are the medians of a contender's samples across rounds.
+type figures struct {
+	MBps           float64 `json:"mb_per_s"`
+	RecordsPerS    float64 `json:"records_per_s"`
+	P50Ms          float64 `json:"ack_p50_ms"`
+	P99Ms          float64 `json:"ack_p99_ms"`
+	AppendsPerSync float64 `json:"appends_per_fsync,omitempty"`
+	Rounds         int     `json:"rounds"`
+}
+
+func summarize(samples []sample) figures {
+	f := figures{Rounds: len(samples)}
+	f.MBps = median(samples, sample.mbps)
+	f.RecordsPerS = median(samples, sample.recordsPerS)
+	f.P50Ms = median(samples, func(s sample) float64 { return ms(s.percentile(0.50)) })
+	f.P99Ms = median(samples, func(s sample) float64 { return ms(s.percentile(0.99)) })
+	f.AppendsPerSync = median(samples, func(s sample) float64 {
+		if s.fsyncs == 0 {
+			return 0
+		}
+		return float64(s.ops) / float64(s.fsyncs)
+	})
+	return f
+}
+
+func median(samples []sample, f func(sample) float64) float64 {
+	if len(samples) == 0 {
+		return 0
+	}
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = f(s)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
