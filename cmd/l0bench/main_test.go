@@ -9,7 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount runs the
 // scenario briefly: every contender appended, and each result line carries figures,
