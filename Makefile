@@ -5,10 +5,15 @@ GO ?= go
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
-.PHONY: test vet emulators bench bench-substrate crash
+.PHONY: test vet emulators bench bench-substrate crash fuzz
 
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5s ./internal/part/
+
+# The part decoder's fuzz target for longer than make test's 5 s.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5m ./internal/part/
 
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi

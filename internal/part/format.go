@@ -1,0 +1,102 @@
+package part
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// The part format. Changing any of these changes the on-disk format.
+const (
+	headerMagic = "l0prt"
+	footerMagic = "l0part\x00"
+	version     = 1
+
+	headerLen     = 8
+	footerLen     = 8 + 4 + 8 + 8 + 4 + 4 + 1 + 7 // the last 7: footerMagic
+	indexEntryLen = 8 + 4 + 8 + 4 + 4 + 4
+
+	// DefaultBlockSize is the raw size at which a block is cut.
+	DefaultBlockSize = 64 << 10
+	// MaxBlockRaw, MaxBlocks and MaxShardIDLen bound what a reader allocates when a
+	// length field is corrupt. A block holds at least one record, so MaxBlockRaw
+	// also bounds the record size.
+	MaxBlockRaw   = 128 << 20
+	MaxBlocks     = 1 << 22
+	MaxShardIDLen = 255
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var (
+	// ErrCorrupt reports a part that fails its checks. Errors that wrap it are
+	// *CorruptionError and say where.
+	ErrCorrupt = errors.New("part: corrupt")
+	// ErrUnknownVersion reports a part written by a newer format version.
+	ErrUnknownVersion = errors.New("part: unknown format version")
+)
+
+// CorruptionError says which part failed which check, and where.
+type CorruptionError struct {
+	Part   string // the name the reader was opened with: the object key
+	Pos    int64  // byte position in the part
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("part %s: corrupt at byte %d: %s", e.Part, e.Pos, e.Reason)
+}
+
+func (e *CorruptionError) Unwrap() error { return ErrCorrupt }
+
+// blockEntry is one block's line in the index.
+type blockEntry struct {
+	first   uint64 // offset of the block's first record
+	records uint32
+	pos     uint64 // byte position of the block in the part
+	stored  uint32 // compressed length
+	raw     uint32 // decompressed length
+	crc     uint32 // CRC-32C of the stored bytes
+}
+
+func (b blockEntry) append(dst []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, b.first)
+	dst = binary.BigEndian.AppendUint32(dst, b.records)
+	dst = binary.BigEndian.AppendUint64(dst, b.pos)
+	dst = binary.BigEndian.AppendUint32(dst, b.stored)
+	dst = binary.BigEndian.AppendUint32(dst, b.raw)
+	return binary.BigEndian.AppendUint32(dst, b.crc)
+}
+
+func parseBlockEntry(b []byte) blockEntry {
+	return blockEntry{
+		first:   binary.BigEndian.Uint64(b),
+		records: binary.BigEndian.Uint32(b[8:]),
+		pos:     binary.BigEndian.Uint64(b[12:]),
+		stored:  binary.BigEndian.Uint32(b[20:]),
+		raw:     binary.BigEndian.Uint32(b[24:]),
+		crc:     binary.BigEndian.Uint32(b[28:]),
+	}
+}
+
+// footer is the part's last footerLen bytes.
+type footer struct {
+	indexPos uint64
+	indexLen uint32
+	records  uint64
+	rawBytes uint64
+	partCRC  uint32
+}
+
+func (f footer) append(dst []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, f.indexPos)
+	dst = binary.BigEndian.AppendUint32(dst, f.indexLen)
+	dst = binary.BigEndian.AppendUint64(dst, f.records)
+	dst = binary.BigEndian.AppendUint64(dst, f.rawBytes)
+	return binary.BigEndian.AppendUint32(dst, f.partCRC)
+}
+
+// footerCRCPos is where the footer CRC sits in the footer; the part CRC is just
+// before it.
+const footerCRCPos = 8 + 4 + 8 + 8 + 4
