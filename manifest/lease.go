@@ -1,0 +1,268 @@
+package manifest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/l0store/l0/substrate"
+)
+
+// LeaseOptions configure ownership. The zero value of each field means its default.
+type LeaseOptions struct {
+	// Duration is how long a lease lasts after it was taken or last renewed.
+	// Default 30 s.
+	Duration time.Duration
+	// SkewMargin is how much two instances' clocks may disagree. The owner stops
+	// acknowledging SkewMargin before its lease's expiry by its own clock, and
+	// another instance takes an unreleased lease over only SkewMargin after it by
+	// its own. Default 2 s; must be under half of Duration.
+	SkewMargin time.Duration
+	// Wait makes Acquire wait for a lease held by another instance to expire instead
+	// of failing with ErrOwned.
+	Wait bool
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// EnsureDefaults fills in the zero fields.
+func (o *LeaseOptions) EnsureDefaults() {
+	if o.Duration == 0 {
+		o.Duration = 30 * time.Second
+	}
+	if o.SkewMargin == 0 {
+		o.SkewMargin = 2 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports invalid defaulted options.
+func (o *LeaseOptions) Validate() error {
+	if o.Duration <= 0 || o.SkewMargin <= 0 || 2*o.SkewMargin >= o.Duration {
+		return fmt.Errorf("manifest: lease of %s with a skew margin of %s", o.Duration, o.SkewMargin)
+	}
+	return nil
+}
+
+// Owner is this instance's lease on one shard, and the only writer of its manifest
+// while the lease holds. It is safe for concurrent use; its writes are serialized.
+type Owner struct {
+	store    *Store
+	instance string
+	opts     LeaseOptions
+
+	mu struct {
+		sync.Mutex
+		m          Manifest
+		ver        substrate.Version
+		validUntil time.Time // acknowledge only before this, by our clock
+		err        error     // sticky: fenced or released
+		copyErrs   int       // failed copy writes, for the caller's metrics
+	}
+}
+
+// Acquire takes shard's lease for instance: at once when the lease is released,
+// expired, or held by the same instance (an earlier incarnation, which the caller
+// knows is gone), otherwise after its expiry with opts.Wait or else ErrOwned. It
+// bumps the epoch, which fences any earlier owner, and returns the Owner and the
+// manifest as it was before the takeover.
+func Acquire(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions) (*Owner, Manifest, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, Manifest{}, err
+	}
+	for {
+		m, ver, err := store.Load(ctx, shard)
+		if err != nil {
+			return nil, Manifest{}, err
+		}
+		now := opts.Now()
+		if m.Owner != "" && m.Owner != instance {
+			if takeover := m.LeaseExpiry.Add(opts.SkewMargin); now.Before(takeover) {
+				if !opts.Wait {
+					return nil, Manifest{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: m.LeaseExpiry}
+				}
+				if err := sleep(ctx, takeover.Sub(now)); err != nil {
+					return nil, Manifest{}, err
+				}
+				continue
+			}
+		}
+		prev := m.Clone()
+		m.Epoch++
+		m.Owner = instance
+		m.LeaseExpiry = now.Add(opts.Duration)
+		newVer, copyErr, err := store.publish(ctx, m, ver)
+		if errors.Is(err, substrate.ErrPreconditionFailed) {
+			continue // another instance wrote first: look again
+		}
+		if err != nil {
+			return nil, Manifest{}, fmt.Errorf("manifest %s: acquire: %w", shard, err)
+		}
+		o := &Owner{store: store, instance: instance, opts: opts}
+		o.mu.m, o.mu.ver, o.mu.validUntil = m, newVer, o.validUntil(now)
+		if copyErr != nil {
+			o.mu.copyErrs++
+		}
+		return o, prev, nil
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// validUntil is when a lease written at now stops allowing acknowledgements.
+func (o *Owner) validUntil(now time.Time) time.Time {
+	return now.Add(o.opts.Duration - o.opts.SkewMargin)
+}
+
+// Manifest returns a copy of the manifest as last published.
+func (o *Owner) Manifest() Manifest {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.m.Clone()
+}
+
+// Epoch returns the owner's epoch.
+func (o *Owner) Epoch() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.m.Epoch
+}
+
+// CopyErrors returns how many manifest copies failed to be written so far.
+func (o *Owner) CopyErrors() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.copyErrs
+}
+
+// Valid reports whether the owner may acknowledge now: nil while its lease holds,
+// ErrLeaseExpired once it ran out unrenewed, ErrFenced once another instance took
+// over, ErrReleased after Release.
+func (o *Owner) Valid() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.validLocked()
+}
+
+func (o *Owner) validLocked() error {
+	if o.mu.err != nil {
+		return o.mu.err
+	}
+	if !o.opts.Now().Before(o.mu.validUntil) {
+		return fmt.Errorf("manifest %s: epoch %d: %w", o.mu.m.Shard, o.mu.m.Epoch, ErrLeaseExpired)
+	}
+	return nil
+}
+
+// Renew extends the lease. After a failure the old lease still runs out at its
+// time; after the epoch moved every call fails with ErrFenced.
+func (o *Owner) Renew(ctx context.Context) error {
+	return o.update(ctx, func(*Manifest) error { return nil })
+}
+
+// Commit adds a sealed part, which must start at the sealed watermark, and renews the
+// lease. It is idempotent: a part whose key the manifest already holds (an earlier
+// attempt whose reply was lost) is success. A nil error means the part is in the
+// authority's manifest.
+func (o *Owner) Commit(ctx context.Context, p Part) error {
+	return o.update(ctx, func(m *Manifest) error {
+		if slices.ContainsFunc(m.Parts, func(q Part) bool { return q.Key == p.Key }) {
+			return errAlreadyDone
+		}
+		if p.First != m.Sealed {
+			return fmt.Errorf("manifest %s: part %s starts at %d, the sealed watermark is %d: %w", m.Shard, p.Key, p.First, m.Sealed, ErrConflict)
+		}
+		m.Parts = append(m.Parts, p)
+		m.Sealed = p.Next()
+		return nil
+	})
+}
+
+// ErrConflict reports a commit that does not follow the manifest as published.
+var ErrConflict = errors.New("manifest: commit does not follow the sealed watermark")
+
+var errAlreadyDone = errors.New("already done")
+
+// maxConflicts bounds the reload-and-retry of one update: only an ambiguous write of
+// our own can cause a conflict without fencing us, so more than a few is a bug.
+const maxConflicts = 8
+
+// Release gives the lease up: the owner field is cleared, so the next Acquire takes
+// over at once. Every later call fails with ErrReleased.
+func (o *Owner) Release(ctx context.Context) error {
+	err := o.update(ctx, func(m *Manifest) error {
+		m.Owner, m.LeaseExpiry = "", time.Time{}
+		return nil
+	})
+	if err == nil {
+		o.mu.Lock()
+		o.mu.err = fmt.Errorf("manifest %s: %w", o.mu.m.Shard, ErrReleased)
+		o.mu.Unlock()
+	}
+	return err
+}
+
+// update applies change to the manifest, renews the lease, and publishes by
+// compare-and-swap. On a precondition failure it reloads: a moved epoch fences the
+// owner for good; otherwise (a write of ours whose reply was lost) it applies change
+// again to what it found.
+func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mu.err != nil {
+		return o.mu.err
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt == maxConflicts {
+			return fmt.Errorf("manifest %s: %d conflicting writes by this owner's own instance", o.mu.m.Shard, attempt)
+		}
+		m := o.mu.m.Clone()
+		if err := change(&m); errors.Is(err, errAlreadyDone) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		now := o.opts.Now()
+		if m.Owner != "" {
+			m.LeaseExpiry = now.Add(o.opts.Duration)
+		}
+		ver, copyErr, err := o.store.publish(ctx, m, o.mu.ver)
+		if err == nil {
+			o.mu.m, o.mu.ver = m, ver
+			if m.Owner != "" {
+				o.mu.validUntil = o.validUntil(now)
+			}
+			if copyErr != nil {
+				o.mu.copyErrs++
+			}
+			return nil
+		}
+		if !errors.Is(err, substrate.ErrPreconditionFailed) {
+			return fmt.Errorf("manifest %s: publish: %w", m.Shard, err)
+		}
+		cur, curVer, err := o.store.Load(ctx, m.Shard)
+		if err != nil {
+			return fmt.Errorf("manifest %s: reload after a conflict: %w", m.Shard, err)
+		}
+		if cur.Epoch != o.mu.m.Epoch || cur.Owner != o.instance {
+			o.mu.err = fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.mu.m.Epoch, cur.Epoch, cur.Owner, ErrFenced)
+			return o.mu.err
+		}
+		o.mu.m, o.mu.ver = cur, curVer
+	}
+}

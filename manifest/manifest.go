@@ -1,0 +1,151 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"time"
+)
+
+// The manifest encoding. Changing any of these changes the durable format.
+const (
+	magic   = "l0man"
+	version = 1
+	// MaxSize bounds what a reader accepts; a manifest of a million parts is far
+	// smaller.
+	MaxSize = 256 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var (
+	// ErrCorrupt reports a manifest that fails its checks.
+	ErrCorrupt = errors.New("manifest: corrupt")
+	// ErrUnknownVersion reports a manifest written by a newer format version.
+	ErrUnknownVersion = errors.New("manifest: unknown format version")
+	// ErrFenced reports a write by an owner whose epoch was moved on by another
+	// instance, or whose lease lapsed: it must acknowledge nothing more.
+	ErrFenced = errors.New("manifest: fenced")
+	// ErrLeaseExpired reports an owner whose lease ran out unrenewed; it is also
+	// ErrFenced.
+	ErrLeaseExpired = fmt.Errorf("%w: lease expired", ErrFenced)
+	// ErrOwned reports a shard whose lease another instance holds; errors wrapping it
+	// are *OwnedError.
+	ErrOwned = errors.New("manifest: owned by another instance")
+	// ErrReleased reports use of an Owner after Release.
+	ErrReleased = errors.New("manifest: lease released")
+)
+
+// OwnedError says who holds a shard and until when.
+type OwnedError struct {
+	Shard, Owner string
+	Expiry       time.Time
+}
+
+func (e *OwnedError) Error() string {
+	return fmt.Sprintf("manifest: shard %q is owned by %q until %s", e.Shard, e.Owner, e.Expiry.Format(time.RFC3339Nano))
+}
+
+func (e *OwnedError) Unwrap() error { return ErrOwned }
+
+// Manifest is the durable state of one shard.
+type Manifest struct {
+	Shard string `json:"shard"`
+	// Epoch counts ownership takeovers; every open bumps it.
+	Epoch uint64 `json:"epoch"`
+	// Owner is the instance holding the lease, empty once released; LeaseExpiry is
+	// when the lease ends, by the owner's clock.
+	Owner       string    `json:"owner,omitempty"`
+	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
+	// Sealed is the offset after the last sealed record: the next part starts there,
+	// and the WAL holds nothing below it.
+	Sealed uint64 `json:"sealed"`
+	Parts  []Part `json:"parts"`
+}
+
+// Part is one sealed part.
+type Part struct {
+	// Key is the part's object key, the same on every substrate holding it.
+	Key   string `json:"key"`
+	First uint64 `json:"first"`
+	Count uint64 `json:"count"`
+	Size  int64  `json:"size"`
+	// CRC is the part CRC from its footer.
+	CRC      uint32    `json:"crc"`
+	SealedAt time.Time `json:"sealed_at"`
+	// Epoch is the owner epoch that sealed the part.
+	Epoch uint64 `json:"epoch"`
+	// Replicas names the substrates that hold the part.
+	Replicas []string `json:"replicas"`
+}
+
+// Next is the offset after the part's last record.
+func (p Part) Next() uint64 { return p.First + p.Count }
+
+// Clone returns a deep copy.
+func (m Manifest) Clone() Manifest {
+	m.Parts = slices.Clone(m.Parts)
+	for i := range m.Parts {
+		m.Parts[i].Replicas = slices.Clone(m.Parts[i].Replicas)
+	}
+	return m
+}
+
+// Validate checks the invariants: parts in offset order without gaps, each
+// non-empty, the last ending at the sealed watermark.
+func (m Manifest) Validate() error {
+	for i, p := range m.Parts {
+		switch {
+		case p.Key == "" || p.Count == 0:
+			return fmt.Errorf("%w: shard %q part %d: key %q, %d records", ErrCorrupt, m.Shard, i, p.Key, p.Count)
+		case i > 0 && p.First != m.Parts[i-1].Next():
+			return fmt.Errorf("%w: shard %q part %d starts at %d, after %d", ErrCorrupt, m.Shard, i, p.First, m.Parts[i-1].Next())
+		}
+	}
+	if n := len(m.Parts); n > 0 && m.Parts[n-1].Next() != m.Sealed {
+		return fmt.Errorf("%w: shard %q: parts end at %d, sealed watermark %d", ErrCorrupt, m.Shard, m.Parts[n-1].Next(), m.Sealed)
+	}
+	return nil
+}
+
+// Encode returns the durable encoding of m.
+func Encode(m Manifest) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	b := append([]byte(magic), version)
+	b = append(b, body...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+// Decode parses and checks a durable manifest.
+func Decode(b []byte) (Manifest, error) {
+	if len(b) < len(magic)+1+4 || string(b[:len(magic)]) != magic {
+		return Manifest{}, fmt.Errorf("%w: not a manifest", ErrCorrupt)
+	}
+	if len(b) > MaxSize {
+		return Manifest{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+	}
+	body := b[:len(b)-4]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(b[len(body):]) {
+		return Manifest{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	if v := b[len(magic)]; v != version {
+		return Manifest{}, fmt.Errorf("%w: %d", ErrUnknownVersion, v)
+	}
+	var m Manifest
+	if err := json.Unmarshal(body[len(magic)+1:], &m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err := m.Validate(); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
+}

@@ -1,0 +1,261 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/mem"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a settable clock for leases.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
+	t.Helper()
+	if d == nil {
+		d = mem.New()
+	}
+	b, err := substrate.New(d, substrate.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func part(first, count uint64) Part {
+	return Part{Key: PartKey("s", first, first+count, 1, fmt.Sprint(first)), First: first, Count: count, Size: 100, CRC: 7,
+		SealedAt: time.Unix(1, 0).UTC(), Epoch: 1, Replicas: []string{"a"}}
+}
+
+func TestEncodingRoundTripsAndRefusesDamage(t *testing.T) {
+	m := Manifest{Shard: "s", Epoch: 3, Owner: "i1", LeaseExpiry: time.Unix(100, 0).UTC(), Sealed: 30,
+		Parts: []Part{part(0, 10), part(10, 20)}}
+	b, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(m) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for i := range b {
+		d := bytes.Clone(b)
+		d[i] ^= 0x04
+		if _, err := Decode(d); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnknownVersion) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+	}
+	for n := range len(b) {
+		if _, err := Decode(b[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+	}
+}
+
+func TestAFutureVersionIsRefusedAsSuch(t *testing.T) {
+	b, _ := Encode(Manifest{Shard: "s"})
+	b[len(magic)] = version + 1
+	body := b[:len(b)-4]
+	b = append(body, 0, 0, 0, 0)
+	putCRC(b)
+	if _, err := Decode(b); !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("decode: %v, want ErrUnknownVersion", err)
+	}
+}
+
+func putCRC(b []byte) {
+	c := crc32.Checksum(b[:len(b)-4], castagnoli)
+	b[len(b)-4], b[len(b)-3], b[len(b)-2], b[len(b)-1] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
+}
+
+func TestAManifestWithAGapIsInvalid(t *testing.T) {
+	for name, m := range map[string]Manifest{
+		"gap":          {Shard: "s", Sealed: 31, Parts: []Part{part(0, 10), part(11, 20)}},
+		"short sealed": {Shard: "s", Sealed: 5, Parts: []Part{part(0, 10)}},
+		"empty part":   {Shard: "s", Sealed: 0, Parts: []Part{part(0, 0)}},
+	} {
+		if _, err := Encode(m); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	st := NewStore(bucket(t, "a", nil))
+	opts := LeaseOptions{Duration: 30 * time.Second, SkewMargin: 2 * time.Second, Now: c.Now}
+	a, prev, err := Acquire(ctx, st, "s", "A", opts)
+	if err != nil || a.Epoch() != 1 || prev.Epoch != 0 {
+		t.Fatalf("first acquire: epoch %v, prev %+v, %v", a, prev, err)
+	}
+	var owned *OwnedError
+	if _, _, err := Acquire(ctx, st, "s", "B", opts); !errors.As(err, &owned) || owned.Owner != "A" {
+		t.Fatalf("acquire of a held lease: %v, want an OwnedError naming A", err)
+	}
+	c.Advance(29 * time.Second) // past A's validity (30 s - 2 s), before the takeover (30 s + 2 s)
+	if err := a.Valid(); !errors.Is(err, ErrLeaseExpired) || !errors.Is(err, ErrFenced) {
+		t.Fatalf("A after 29 s unrenewed: %v, want ErrLeaseExpired", err)
+	}
+	if _, _, err := Acquire(ctx, st, "s", "B", opts); !errors.Is(err, ErrOwned) {
+		t.Fatalf("B within the skew margin: %v, want ErrOwned", err)
+	}
+	c.Advance(4 * time.Second)
+	b, prev, err := Acquire(ctx, st, "s", "B", opts)
+	if err != nil || b.Epoch() != 2 || prev.Owner != "A" {
+		t.Fatalf("B after expiry: %v, prev %+v", err, prev)
+	}
+	for name, op := range map[string]func() error{
+		"renew":  func() error { return a.Renew(ctx) },
+		"commit": func() error { return a.Commit(ctx, part(0, 10)) },
+		"valid":  a.Valid,
+	} {
+		if err := op(); !errors.Is(err, ErrFenced) {
+			t.Fatalf("A's %s after B took over: %v, want ErrFenced", name, err)
+		}
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Valid(); !errors.Is(err, ErrReleased) {
+		t.Fatalf("after Release: %v", err)
+	}
+	a2, _, err := Acquire(ctx, st, "s", "A", opts)
+	if err != nil || a2.Epoch() != 3 {
+		t.Fatalf("acquire after release: %v", err)
+	}
+}
+
+func TestRenewalKeepsTheLeaseValid(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	st := NewStore(bucket(t, "a", nil))
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		c.Advance(10 * time.Second)
+		if err := o.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Valid(); err != nil {
+			t.Fatalf("after renewal: %v", err)
+		}
+	}
+	if _, _, err := Acquire(ctx, st, "s", "B", LeaseOptions{Now: c.Now}); !errors.Is(err, ErrOwned) {
+		t.Fatalf("B while A renews: %v", err)
+	}
+}
+
+func TestWaitingForALeaseTakesItOverAtExpiry(t *testing.T) {
+	ctx := context.Background()
+	st := NewStore(bucket(t, "a", nil))
+	opts := LeaseOptions{Duration: 300 * time.Millisecond, SkewMargin: 50 * time.Millisecond}
+	if _, _, err := Acquire(ctx, st, "s", "A", opts); err != nil {
+		t.Fatal(err)
+	}
+	opts.Wait = true
+	start := time.Now()
+	b, _, err := Acquire(ctx, st, "s", "B", opts)
+	if err != nil || b.Epoch() != 2 {
+		t.Fatalf("waiting acquire: %v", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 5*time.Second {
+		t.Fatalf("took over after %s, want after the lease's 350 ms", waited)
+	}
+}
+
+func TestConcurrentAcquiresHaveOneWinner(t *testing.T) {
+	ctx := context.Background()
+	st := NewStore(bucket(t, "a", nil))
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			_, _, err := Acquire(ctx, st, "s", fmt.Sprint("i", i), LeaseOptions{})
+			if err == nil {
+				wins.Add(1)
+			} else if !errors.Is(err, ErrOwned) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d instances hold the lease", wins.Load())
+	}
+}
+
+func TestCommitsAppendPartsAndReachTheCopies(t *testing.T) {
+	ctx := context.Background()
+	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
+	st := NewStore(auth, cp)
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Commit(ctx, part(0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Commit(ctx, part(10, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Commit(ctx, part(20, 5)); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a part after a gap: %v, want ErrConflict", err)
+	}
+	for _, b := range []*substrate.Bucket{auth, cp} {
+		m, err := LoadFrom(ctx, b, "s")
+		if err != nil || len(m.Parts) != 2 || m.Sealed != 15 || m.Owner != "A" {
+			t.Fatalf("%s: %+v, %v", b.Name(), m, err)
+		}
+	}
+}
+
+// TestACommitWhoseReplyWasLostIsNotAppliedTwice: the authority took the write but
+// the owner saw an error; committing the same part again finds it there.
+func TestACommitWhoseReplyWasLostIsNotAppliedTwice(t *testing.T) {
+	ctx := context.Background()
+	fd := fault.Wrap(mem.New(), 1)
+	st := NewStore(bucket(t, "auth", fd))
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Nth: 1, Ambiguous: true, Err: errors.New("reply lost")})
+	if err := o.Commit(ctx, part(0, 10)); err == nil {
+		t.Fatal("the injected failure did not surface")
+	}
+	if err := o.Commit(ctx, part(0, 10)); err != nil {
+		t.Fatalf("second commit: %v", err)
+	}
+	m, _, _ := st.Load(ctx, "s")
+	if len(m.Parts) != 1 || m.Sealed != 10 {
+		t.Fatalf("manifest %+v: the part is not there exactly once", m)
+	}
+	if err := o.Commit(ctx, part(10, 1)); err != nil {
+		t.Fatalf("the owner is not fenced by its own lost reply: %v", err)
+	}
+}
