@@ -1,26 +1,36 @@
-// Package engine is l0's entry point: the shards of one node over one shared WAL, and
-// their metrics.
+// Package engine is l0's entry point: the shards of one node over one shared WAL,
+// their leases, seals and metrics.
 //
-// Open an engine on a directory, open shards on it, append and read:
+// Open an engine on a directory and a bucket, open shards on it, append and read:
 //
-//	e, err := engine.Open(ctx, engine.Options{Dir: "/var/lib/l0"})
-//	sh, err := e.OpenShard(ctx, "orders-7")
+//	e, err := engine.Open(ctx, engine.Options{Dir: "/var/lib/l0", Bucket: bucket})
+//	sh, err := e.OpenShard(ctx, "orders-7")  // takes the lease, seals inherited pages
 //	first, err := sh.Append(ctx, rec1, rec2) // durable on return; offsets first, first+1
-//	for rec, err := range sh.Read(ctx, first) { ... }
-//	err = e.Close() // closes the shards still open
+//	for rec, err := range sh.Read(ctx, 0) { ... } // sealed parts, then the WAL
+//	err = sh.Close(ctx)                      // seal the tail, release the lease
+//	err = e.Close()
 //
 // Appends to one shard are ordered; appends to different shards run in parallel and
-// share the WAL's fsyncs.
+// share the WAL's fsyncs. Seals run in the background by the triggers of
+// Options.Seal.
 package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
 )
@@ -32,18 +42,33 @@ var (
 	ErrClosed = errors.New("engine: closed")
 	// ErrShardOpen reports an OpenShard of a shard that is already open.
 	ErrShardOpen = errors.New("engine: shard already open")
+	// ErrFenced is manifest.ErrFenced: an owner whose lease lapsed or was taken over.
+	ErrFenced = manifest.ErrFenced
+	// ErrOwned is manifest.ErrOwned: another instance holds the shard's lease.
+	ErrOwned = manifest.ErrOwned
+	// ErrManifestBehind reports a shard whose WAL knows a later owner epoch than its
+	// manifest: the wrong bucket, or one that lost data.
+	ErrManifestBehind = errors.New("engine: manifest behind the WAL")
 )
 
 // Engine is the shards of one node. It is safe for concurrent use.
 type Engine struct {
-	opts    Options
-	log     *wal.Log
-	metrics *metrics
+	opts     Options
+	log      *wal.Log
+	store    *manifest.Store
+	sealer   *seal.Scheduler
+	encoder  *zstd.Encoder
+	partsDir string
+	metrics  *metrics
+	stop     chan struct{}
+	done     chan struct{}
 
 	mu struct {
 		sync.Mutex
-		closed bool
-		shards map[string]*shard.Shard
+		closed  bool
+		shards  map[string]*shard.Shard
+		owners  map[string]*manifest.Owner
+		opening map[string]bool
 	}
 }
 
@@ -57,27 +82,110 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	partsDir := filepath.Join(opts.Dir, "parts")
+	if err := os.MkdirAll(partsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	log, err := wal.Open(filepath.Join(opts.Dir, "wal"), wal.Options{Logger: opts.Logger})
+	if opts.Instance == "" {
+		id, err := instanceID(opts.Dir)
+		if err != nil {
+			return nil, err
+		}
+		opts.Instance = id
+	}
+	log, err := wal.Open(filepath.Join(opts.Dir, "wal"), wal.Options{Logger: opts.Logger, Now: opts.Now})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	e := &Engine{opts: opts, log: log}
-	e.mu.shards = make(map[string]*shard.Shard)
-	e.metrics = newMetrics(e)
-	if err := e.metrics.register(opts.Registerer); err != nil {
+	// Only this engine uses Dir now (the WAL holds its lock): part files there are
+	// leftovers of seals a crash interrupted.
+	if err := seal.CleanDir(partsDir); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	encoder, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(opts.Seal.Concurrency))
+	if err != nil {
 		log.Close()
 		return nil, err
 	}
+	sealer, err := seal.NewScheduler(opts.Seal)
+	if err != nil {
+		encoder.Close()
+		log.Close()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	e := &Engine{
+		opts: opts, log: log, store: manifest.NewStore(opts.Bucket), sealer: sealer, encoder: encoder,
+		partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	e.mu.shards = make(map[string]*shard.Shard)
+	e.mu.owners = make(map[string]*manifest.Owner)
+	e.mu.opening = make(map[string]bool)
+	e.metrics = newMetrics(e)
+	if err := e.metrics.register(opts.Registerer); err != nil {
+		sealer.Close()
+		encoder.Close()
+		log.Close()
+		return nil, err
+	}
+	go e.renewLeases()
 	return e, nil
 }
 
-// OpenShard opens shard id for appends and reads. Its offsets continue where the
-// shard's last acknowledged record left them. The id must pass shard.ValidateID; a
-// shard is open at most once per engine (ErrShardOpen) until its Close.
-func (e *Engine) OpenShard(ctx context.Context, id string) (*shard.Shard, error) {
+// instanceID returns the id kept in dir/instance, creating it on the first open.
+func instanceID(dir string) (string, error) {
+	path := filepath.Join(dir, "instance")
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("engine: %w", err)
+	}
+	var r [8]byte
+	rand.Read(r[:])
+	id := "l0-" + hex.EncodeToString(r[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("engine: %w", err)
+	}
+	if err := syncFile(tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("engine: %w", err)
+	}
+	return id, syncFile(dir)
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return nil
+}
+
+// Instance returns the id this engine holds leases as.
+func (e *Engine) Instance() string { return e.opts.Instance }
+
+// OpenOption changes how OpenShard takes a shard.
+type OpenOption func(*manifest.LeaseOptions)
+
+// WaitForLease makes OpenShard wait for a lease another instance holds to expire,
+// instead of failing with ErrOwned.
+func WaitForLease() OpenOption { return func(o *manifest.LeaseOptions) { o.Wait = true } }
+
+// OpenShard opens shard id: it takes the shard's lease, which fences any earlier
+// owner, settles the WAL against the manifest, and arms a seal of any pages the
+// engine before it left unsealed, so they are sealed at once rather than when they
+// age (SPEC SE3). Offsets continue where the shard's last acknowledged record left
+// them. The id must pass shard.ValidateID; a shard is open at most once per engine
+// (ErrShardOpen) until its Close or Retire.
+func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (*shard.Shard, error) {
 	if err := shard.ValidateID(id); err != nil {
 		return nil, err
 	}
@@ -85,25 +193,84 @@ func (e *Engine) OpenShard(ctx context.Context, id string) (*shard.Shard, error)
 		return nil, err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.mu.closed {
+		e.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if _, ok := e.mu.shards[id]; ok {
+	if _, ok := e.mu.shards[id]; ok || e.mu.opening[id] {
+		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrShardOpen, id)
 	}
+	e.mu.opening[id] = true // the takeover talks to the object store: not under mu
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.mu.opening, id)
+		e.mu.Unlock()
+	}()
+
+	owner, armed, err := e.takeOver(ctx, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.closed {
+		owner.Release(ctx)
+		return nil, ErrClosed
+	}
 	sh, err := shard.Open(id, shard.Config{
-		Log:           e.log,
-		MaxRecordSize: e.opts.MaxRecordSize,
-		MaxBatchBytes: e.opts.MaxBatchBytes,
-		Observer:      e.metrics,
-		OnClose:       func() { e.forget(id) },
-	})
+		Log: e.log, Owner: owner, Bucket: e.opts.Bucket, Sealer: e.sealer,
+		PartsDir: e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
+		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
+		Observer: e.metrics, Logger: e.opts.Logger, Now: e.opts.Now,
+		OnClose: func() { e.forget(id) },
+	}, armed)
 	if err != nil {
 		return nil, err
 	}
 	e.mu.shards[id] = sh
+	e.mu.owners[id] = owner
 	return sh, nil
+}
+
+// takeOver acquires the lease of shard id and settles its WAL pages: the pages this
+// engine wrote under the previous epoch are the new owner's backlog; pages of an
+// ownership another instance has since superseded are dropped and reported.
+func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (owner *manifest.Owner, armed bool, err error) {
+	lease := e.opts.Lease
+	for _, o := range opts {
+		o(&lease)
+	}
+	var ours bool
+	owner, prev, err := manifest.Acquire(ctx, e.store, id, e.opts.Instance, lease, func(prev manifest.Manifest, epoch uint64) error {
+		// The WAL's pages are the previous owner's (ours) if we took the previous
+		// epoch: the WAL carries it, or the one after it from a takeover of ours
+		// that a crash kept from being published.
+		walEpoch := e.log.Info(id).Epoch
+		if walEpoch > prev.Epoch+1 {
+			// The WAL saw a later epoch than the manifest holds: the bucket is not
+			// the one this engine used, or lost its manifest. Adopting now could drop
+			// acknowledged records; refuse.
+			return fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
+				ErrManifestBehind, walEpoch, id, e.opts.Bucket.Name(), prev.Epoch)
+		}
+		ours = prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
+		return e.log.SetEpoch(id, epoch)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
+	}
+	stranded, err := e.log.Adopt(id, owner.Epoch(), prev.Sealed, ours)
+	if err != nil {
+		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
+	}
+	if stranded > 0 {
+		e.metrics.stranded.Add(float64(stranded))
+		e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
+			"shard", id, "records", stranded, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
+	}
+	return owner, e.log.Info(id).Pages > 0, nil
 }
 
 // forget drops a closed shard, so it can be opened again.
@@ -111,6 +278,7 @@ func (e *Engine) forget(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.mu.shards, id)
+	delete(e.mu.owners, id)
 }
 
 // openShards returns the shards open now.
@@ -124,8 +292,38 @@ func (e *Engine) openShards() []*shard.Shard {
 	return out
 }
 
-// Close closes every shard still open (each waits for its appends in flight), then
-// the WAL, and unregisters the metrics. Later calls fail with ErrClosed.
+// renewLeases renews every owned shard's lease each RenewEvery.
+func (e *Engine) renewLeases() {
+	defer close(e.done)
+	t := time.NewTicker(e.opts.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		owners := make(map[string]*manifest.Owner, len(e.mu.owners))
+		for id, o := range e.mu.owners {
+			owners[id] = o
+		}
+		e.mu.Unlock()
+		for id, o := range owners {
+			ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
+			if err := o.Renew(ctx); err != nil && !errors.Is(err, manifest.ErrReleased) {
+				e.opts.Logger.Warn("engine: lease renewal failed", "shard", id, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Close retires every shard still open (each stops intake, waits for its appends in
+// flight and releases its lease without sealing: the next open on this Dir seals
+// the pages), stops the seals and renewals, closes the WAL, and unregisters the
+// metrics. Close shards with Shard.Close first for a cooperative handoff. Later
+// calls fail with ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.mu.closed {
@@ -137,13 +335,19 @@ func (e *Engine) Close() error {
 
 	var errs []error
 	for _, sh := range e.openShards() {
-		if err := sh.Close(); err != nil && !errors.Is(err, shard.ErrClosed) {
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease.Duration)
+		if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
 			errs = append(errs, err)
 		}
+		cancel()
 	}
+	close(e.stop)
+	<-e.done
+	e.sealer.Close()
 	e.metrics.unregister()
 	if err := e.log.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("engine: %w", err))
 	}
+	e.encoder.Close()
 	return errors.Join(errs...)
 }

@@ -12,12 +12,34 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/mem"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// buckets holds one in-memory bucket per engine directory, so that reopening a
+// directory finds the manifests it published.
+var buckets sync.Map
+
+func bucketFor(t testing.TB, dir string) *substrate.Bucket {
+	if b, ok := buckets.Load(dir); ok {
+		return b.(*substrate.Bucket)
+	}
+	b, err := substrate.New(mem.New(), substrate.Options{Name: "mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buckets.Store(dir, b)
+	return b
+}
+
+// open opens an engine on opts, with the directory's bucket unless opts has one.
 func open(t *testing.T, opts Options) *Engine {
 	t.Helper()
+	if opts.Bucket == nil && opts.Dir != "" {
+		opts.Bucket = bucketFor(t, opts.Dir)
+	}
 	e, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +149,7 @@ func TestShardIDs(t *testing.T) {
 			t.Errorf("OpenShard(%q): %v", id, err)
 			continue
 		}
-		sh.Close()
+		sh.Close(context.Background())
 	}
 	for _, id := range invalid {
 		if _, err := e.OpenShard(context.Background(), id); !errors.Is(err, shard.ErrInvalidID) {
@@ -152,6 +174,7 @@ func TestOptions(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := tc.opts
+			o.Bucket = bucketFor(t, "options")
 			o.EnsureDefaults()
 			err := o.Validate()
 			if tc.valid != (err == nil) || err != nil && !errors.Is(err, ErrInvalidOptions) {
@@ -200,7 +223,7 @@ func TestBadInputGetsATypedErrorAndWritesNothing(t *testing.T) {
 		t.Fatalf("metrics: %d appends, errors %v; want 2 appends, 4 invalid and 1 canceled", m.Appends, m.AppendErrors)
 	}
 
-	if err := sh.Close(); err != nil {
+	if err := sh.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sh.Append(ctx, []byte("after")); !errors.Is(err, shard.ErrClosed) {
@@ -211,7 +234,7 @@ func TestBadInputGetsATypedErrorAndWritesNothing(t *testing.T) {
 			t.Fatalf("read after Close: %v, want shard.ErrClosed", err)
 		}
 	}
-	if err := sh.Close(); !errors.Is(err, shard.ErrClosed) {
+	if err := sh.Close(context.Background()); !errors.Is(err, shard.ErrClosed) {
 		t.Fatalf("second Close: %v", err)
 	}
 	if err := e.Close(); err != nil {
@@ -237,7 +260,7 @@ func TestAShardIsOpenOnceAtATime(t *testing.T) {
 	if _, err := e.OpenShard(ctx, "s"); !errors.Is(err, ErrShardOpen) {
 		t.Fatalf("second OpenShard: %v, want ErrShardOpen", err)
 	}
-	sh.Close()
+	sh.Close(context.Background())
 	openShard(t, e, "s")
 }
 
@@ -255,7 +278,7 @@ func TestEngineCloseClosesItsShards(t *testing.T) {
 func TestASecondEngineOnTheSameDirIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	open(t, Options{Dir: dir})
-	if e, err := Open(context.Background(), Options{Dir: dir}); err == nil {
+	if e, err := Open(context.Background(), Options{Dir: dir, Bucket: bucketFor(t, dir)}); err == nil {
 		e.Close()
 		t.Fatal("a second engine opened the same Dir")
 	}

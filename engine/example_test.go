@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/local"
 )
 
 func Example() {
@@ -17,7 +20,18 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	e, err := engine.Open(ctx, engine.Options{Dir: dir})
+	// Parts and manifests go to an object store; here a local directory.
+	store, err := local.New(filepath.Join(dir, "bucket"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	bucket, err := substrate.New(store, substrate.Options{Name: "local"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bucket.Close()
+
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -37,6 +51,15 @@ func Example() {
 	}
 	fmt.Println("appended at", first, "and", next)
 
+	// Close seals what is unsealed into a part and releases the shard's lease.
+	if err := sh.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	sh, err = e.OpenShard(ctx, "orders-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("parts:", len(sh.Manifest().Parts), "sealed through", sh.Info().Sealed)
 	for rec, err := range sh.Read(ctx, 1) {
 		if err != nil {
 			log.Fatal(err)
@@ -45,6 +68,7 @@ func Example() {
 	}
 	// Output:
 	// appended at 0 and 2
+	// parts: 1 sealed through 3
 	// 1: paid
 	// 2: shipped
 }

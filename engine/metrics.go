@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 )
 
@@ -27,6 +29,13 @@ type Metrics struct {
 	// WALFsyncs counts the WAL's fsyncs; with concurrent appends it grows more slowly
 	// than Appends, by the group commit.
 	WALFsyncs uint64
+	// Seals, EmptySeals, SealFailures, Objects and SealedBytes count the seals of
+	// all shards: those that sealed something, those that found nothing, failures,
+	// objects written and record bytes sealed.
+	Seals, EmptySeals, SealFailures, Objects, SealedBytes uint64
+	// StrandedRecords counts acknowledged records an open dropped because another
+	// instance had taken the shard over since (see DESIGN.md, "Ownership").
+	StrandedRecords uint64
 	// Shards has an entry for every open shard and every shard with unsealed
 	// records in the WAL.
 	Shards map[string]ShardMetrics
@@ -45,10 +54,11 @@ const (
 	reasonInvalid  = "invalid"  // refused input: empty batch or record, too large
 	reasonClosed   = "closed"   // the shard or engine was closed
 	reasonCanceled = "canceled" // the context ended before the commit
+	reasonFenced   = "fenced"   // the lease lapsed or another owner took over
 	reasonWAL      = "wal"      // the WAL failed to commit or sync
 )
 
-var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonWAL}
+var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonFenced, reasonWAL}
 
 // metrics are the engine's collectors. It is the shards' Observer.
 type metrics struct {
@@ -60,6 +70,8 @@ type metrics struct {
 	duration   prometheus.Histogram
 	errors     *prometheus.CounterVec
 	fsyncs     prometheus.CounterFunc
+	stranded   prometheus.Counter
+	seals      []prometheus.Collector
 	unsealed   *prometheus.Desc
 	oldestAge  *prometheus.Desc
 	lastFsyncs atomic.Uint64 // the WAL's count, kept for Metrics after Close
@@ -96,6 +108,21 @@ func newMetrics(e *Engine) *metrics {
 		oldestAge: prometheus.NewDesc("l0_oldest_unsealed_age_seconds",
 			"Age of a shard's oldest record not yet sealed; 0 without any.", []string{"shard"}, nil),
 	}
+	m.stranded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_stranded_records_total",
+		Help: "Acknowledged records dropped at an open because another instance had taken the shard over since.",
+	})
+	stat := func(name, help string, f func(seal.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(e.sealer.Stats())) })
+	}
+	m.seals = []prometheus.Collector{
+		stat("l0_seals_total", "Seals that sealed records.", func(s seal.Stats) uint64 { return s.Seals }),
+		stat("l0_empty_seals_total", "Seals that ran and found nothing to seal.", func(s seal.Stats) uint64 { return s.EmptySeals }),
+		stat("l0_seal_failures_total", "Seals that failed.", func(s seal.Stats) uint64 { return s.Failures }),
+		stat("l0_sealed_objects_total", "Objects written by seals.", func(s seal.Stats) uint64 { return s.Objects }),
+		stat("l0_sealed_bytes_total", "Record bytes sealed into parts.", func(s seal.Stats) uint64 { return s.SealedBytes }),
+	}
 	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
 	}, func() float64 { return float64(m.walFsyncs()) })
@@ -110,7 +137,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.registerer = reg
-	for _, c := range []prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, shardCollector{m}} {
+	for _, c := range append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, shardCollector{m}}, m.seals...) {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return errors.Join(ErrInvalidOptions, err)
@@ -154,6 +181,8 @@ func reason(err error) string {
 		return reasonInvalid
 	case errors.Is(err, shard.ErrClosed):
 		return reasonClosed
+	case errors.Is(err, manifest.ErrFenced):
+		return reasonFenced
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return reasonCanceled
 	}
@@ -182,8 +211,11 @@ func (e *Engine) Metrics() Metrics {
 		AppendDuration:  time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
 		AppendErrors:    make(map[string]uint64, len(reasons)),
 		WALFsyncs:       m.walFsyncs(),
+		StrandedRecords: counterValue(m.stranded),
 		Shards:          make(map[string]ShardMetrics),
 	}
+	st := e.sealer.Stats()
+	out.Seals, out.EmptySeals, out.SealFailures, out.Objects, out.SealedBytes = st.Seals, st.EmptySeals, st.Failures, st.Objects, st.SealedBytes
 	for _, r := range reasons {
 		out.AppendErrors[r] = counterValue(m.errors.WithLabelValues(r))
 	}

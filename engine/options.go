@@ -3,8 +3,13 @@ package engine
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/substrate"
 )
 
 // Limits on Options. A batch is one WAL page, written as one pebble batch: keeping it
@@ -34,6 +39,26 @@ type Options struct {
 	// MaxBatchBytes is the largest sum of record sizes one Append accepts. Default
 	// 4 MiB, at most 64 MiB, and at least MaxRecordSize.
 	MaxBatchBytes int
+	// Bucket is the substrate sealed parts are written to and read from, and whose
+	// manifest copies are authoritative: every owner's lease is a compare-and-swap
+	// there. Required. The engine does not close it.
+	Bucket *substrate.Bucket
+	// Instance names this engine in the leases it holds. Default: an id created at
+	// the first Open of Dir and kept in Dir/instance, so a restarted engine takes
+	// its own shards back at once.
+	Instance string
+	// Seal configures the seal triggers, budget, backoff and concurrency.
+	Seal seal.Options
+	// Lease configures ownership: duration, skew margin. Its Wait and Now are
+	// ignored (see WaitForLease and Now).
+	Lease manifest.LeaseOptions
+	// RenewEvery is how often each owned shard's lease is renewed when no seal
+	// renewed it. Default 10 s, and under Lease.Duration minus twice its skew margin.
+	RenewEvery time.Duration
+	// BlockSize is the raw size of a part's blocks. Default 64 KiB.
+	BlockSize int
+	// Now is the clock of pages, seal ages and leases. Default time.Now.
+	Now func() time.Time
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -46,6 +71,15 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxBatchBytes == 0 {
 		o.MaxBatchBytes = max(DefaultMaxBatchBytes, o.MaxRecordSize)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.Seal.Now, o.Lease.Now, o.Lease.Wait = o.Now, o.Now, false
+	o.Seal.EnsureDefaults()
+	o.Lease.EnsureDefaults()
+	if o.RenewEvery == 0 {
+		o.RenewEvery = 10 * time.Second
 	}
 }
 
@@ -61,6 +95,16 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: MaxBatchBytes %d, want 1 to %d", ErrInvalidOptions, o.MaxBatchBytes, MaxBatchBytesLimit)
 	case o.MaxRecordSize > o.MaxBatchBytes:
 		return fmt.Errorf("%w: MaxRecordSize %d over MaxBatchBytes %d", ErrInvalidOptions, o.MaxRecordSize, o.MaxBatchBytes)
+	case o.Bucket == nil:
+		return fmt.Errorf("%w: Bucket is required", ErrInvalidOptions)
+	case o.RenewEvery <= 0 || o.RenewEvery >= o.Lease.Duration-2*o.Lease.SkewMargin:
+		return fmt.Errorf("%w: RenewEvery %s with a lease of %s and a skew margin of %s", ErrInvalidOptions, o.RenewEvery, o.Lease.Duration, o.Lease.SkewMargin)
+	}
+	if err := o.Seal.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if err := o.Lease.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return nil
 }

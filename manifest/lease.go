@@ -71,7 +71,12 @@ type Owner struct {
 // knows is gone), otherwise after its expiry with opts.Wait or else ErrOwned. It
 // bumps the epoch, which fences any earlier owner, and returns the Owner and the
 // manifest as it was before the takeover.
-func Acquire(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions) (*Owner, Manifest, error) {
+//
+// before, if not nil, runs just before the takeover is published, with that
+// manifest and the epoch about to be taken; an error from it abandons the takeover.
+// The engine records the epoch in its WAL there, so that after a crash at any point
+// the WAL says which owner its pages belong to.
+func Acquire(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions, before func(prev Manifest, epoch uint64) error) (*Owner, Manifest, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, Manifest{}, err
@@ -82,7 +87,7 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 			return nil, Manifest{}, err
 		}
 		now := opts.Now()
-		if m.Owner != "" && m.Owner != instance {
+		if !m.Released && m.Owner != "" && m.Owner != instance {
 			if takeover := m.LeaseExpiry.Add(opts.SkewMargin); now.Before(takeover) {
 				if !opts.Wait {
 					return nil, Manifest{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: m.LeaseExpiry}
@@ -95,8 +100,13 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		}
 		prev := m.Clone()
 		m.Epoch++
-		m.Owner = instance
+		m.Owner, m.Released = instance, false
 		m.LeaseExpiry = now.Add(opts.Duration)
+		if before != nil {
+			if err := before(prev, m.Epoch); err != nil {
+				return nil, Manifest{}, err
+			}
+		}
 		newVer, copyErr, err := store.publish(ctx, m, ver)
 		if errors.Is(err, substrate.ErrPreconditionFailed) {
 			continue // another instance wrote first: look again
@@ -202,11 +212,11 @@ var errAlreadyDone = errors.New("already done")
 // our own can cause a conflict without fencing us, so more than a few is a bug.
 const maxConflicts = 8
 
-// Release gives the lease up: the owner field is cleared, so the next Acquire takes
-// over at once. Every later call fails with ErrReleased.
+// Release gives the lease up, so the next Acquire takes over at once. Every later
+// call fails with ErrReleased.
 func (o *Owner) Release(ctx context.Context) error {
 	err := o.update(ctx, func(m *Manifest) error {
-		m.Owner, m.LeaseExpiry = "", time.Time{}
+		m.Released, m.LeaseExpiry = true, time.Time{}
 		return nil
 	})
 	if err == nil {
@@ -238,13 +248,13 @@ func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error 
 			return err
 		}
 		now := o.opts.Now()
-		if m.Owner != "" {
+		if !m.Released {
 			m.LeaseExpiry = now.Add(o.opts.Duration)
 		}
 		ver, copyErr, err := o.store.publish(ctx, m, o.mu.ver)
 		if err == nil {
 			o.mu.m, o.mu.ver = m, ver
-			if m.Owner != "" {
+			if !m.Released {
 				o.mu.validUntil = o.validUntil(now)
 			}
 			if copyErr != nil {

@@ -56,10 +56,12 @@ type Manifest struct {
 	Shard string `json:"shard"`
 	// Epoch counts ownership takeovers; every open bumps it.
 	Epoch uint64 `json:"epoch"`
-	// Owner is the instance holding the lease, empty once released; LeaseExpiry is
-	// when the lease ends, by the owner's clock.
+	// Owner is the instance that took Epoch. Its lease ends at LeaseExpiry, by its
+	// own clock, or when it is Released; the owner stays named after a release, so
+	// the next owner knows whose unsealed pages follow the sealed watermark.
 	Owner       string    `json:"owner,omitempty"`
 	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
+	Released    bool      `json:"released,omitempty"`
 	// Sealed is the offset after the last sealed record: the next part starts there,
 	// and the WAL holds nothing below it.
 	Sealed uint64 `json:"sealed"`

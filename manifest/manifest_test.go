@@ -107,23 +107,23 @@ func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 	c := newClock()
 	st := NewStore(bucket(t, "a", nil))
 	opts := LeaseOptions{Duration: 30 * time.Second, SkewMargin: 2 * time.Second, Now: c.Now}
-	a, prev, err := Acquire(ctx, st, "s", "A", opts)
+	a, prev, err := Acquire(ctx, st, "s", "A", opts, nil)
 	if err != nil || a.Epoch() != 1 || prev.Epoch != 0 {
 		t.Fatalf("first acquire: epoch %v, prev %+v, %v", a, prev, err)
 	}
 	var owned *OwnedError
-	if _, _, err := Acquire(ctx, st, "s", "B", opts); !errors.As(err, &owned) || owned.Owner != "A" {
+	if _, _, err := Acquire(ctx, st, "s", "B", opts, nil); !errors.As(err, &owned) || owned.Owner != "A" {
 		t.Fatalf("acquire of a held lease: %v, want an OwnedError naming A", err)
 	}
 	c.Advance(29 * time.Second) // past A's validity (30 s - 2 s), before the takeover (30 s + 2 s)
 	if err := a.Valid(); !errors.Is(err, ErrLeaseExpired) || !errors.Is(err, ErrFenced) {
 		t.Fatalf("A after 29 s unrenewed: %v, want ErrLeaseExpired", err)
 	}
-	if _, _, err := Acquire(ctx, st, "s", "B", opts); !errors.Is(err, ErrOwned) {
+	if _, _, err := Acquire(ctx, st, "s", "B", opts, nil); !errors.Is(err, ErrOwned) {
 		t.Fatalf("B within the skew margin: %v, want ErrOwned", err)
 	}
 	c.Advance(4 * time.Second)
-	b, prev, err := Acquire(ctx, st, "s", "B", opts)
+	b, prev, err := Acquire(ctx, st, "s", "B", opts, nil)
 	if err != nil || b.Epoch() != 2 || prev.Owner != "A" {
 		t.Fatalf("B after expiry: %v, prev %+v", err, prev)
 	}
@@ -142,7 +142,7 @@ func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 	if err := b.Valid(); !errors.Is(err, ErrReleased) {
 		t.Fatalf("after Release: %v", err)
 	}
-	a2, _, err := Acquire(ctx, st, "s", "A", opts)
+	a2, _, err := Acquire(ctx, st, "s", "A", opts, nil)
 	if err != nil || a2.Epoch() != 3 {
 		t.Fatalf("acquire after release: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	st := NewStore(bucket(t, "a", nil))
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Now: c.Now})
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Now: c.Now}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 			t.Fatalf("after renewal: %v", err)
 		}
 	}
-	if _, _, err := Acquire(ctx, st, "s", "B", LeaseOptions{Now: c.Now}); !errors.Is(err, ErrOwned) {
+	if _, _, err := Acquire(ctx, st, "s", "B", LeaseOptions{Now: c.Now}, nil); !errors.Is(err, ErrOwned) {
 		t.Fatalf("B while A renews: %v", err)
 	}
 }
@@ -174,12 +174,12 @@ func TestWaitingForALeaseTakesItOverAtExpiry(t *testing.T) {
 	ctx := context.Background()
 	st := NewStore(bucket(t, "a", nil))
 	opts := LeaseOptions{Duration: 300 * time.Millisecond, SkewMargin: 50 * time.Millisecond}
-	if _, _, err := Acquire(ctx, st, "s", "A", opts); err != nil {
+	if _, _, err := Acquire(ctx, st, "s", "A", opts, nil); err != nil {
 		t.Fatal(err)
 	}
 	opts.Wait = true
 	start := time.Now()
-	b, _, err := Acquire(ctx, st, "s", "B", opts)
+	b, _, err := Acquire(ctx, st, "s", "B", opts, nil)
 	if err != nil || b.Epoch() != 2 {
 		t.Fatalf("waiting acquire: %v", err)
 	}
@@ -195,7 +195,7 @@ func TestConcurrentAcquiresHaveOneWinner(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			_, _, err := Acquire(ctx, st, "s", fmt.Sprint("i", i), LeaseOptions{})
+			_, _, err := Acquire(ctx, st, "s", fmt.Sprint("i", i), LeaseOptions{}, nil)
 			if err == nil {
 				wins.Add(1)
 			} else if !errors.Is(err, ErrOwned) {
@@ -213,7 +213,7 @@ func TestCommitsAppendPartsAndReachTheCopies(t *testing.T) {
 	ctx := context.Background()
 	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
 	st := NewStore(auth, cp)
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{})
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestACommitWhoseReplyWasLostIsNotAppliedTwice(t *testing.T) {
 	ctx := context.Background()
 	fd := fault.Wrap(mem.New(), 1)
 	st := NewStore(bucket(t, "auth", fd))
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{})
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,11 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/wal"
 )
 
@@ -14,8 +16,8 @@ import (
 //
 // A refused batch writes nothing: no records (ErrEmptyBatch), an empty record
 // (ErrEmptyRecord), a record over the maximum (ErrRecordTooLarge), a batch over the
-// maximum (ErrBatchTooLarge), a closed shard (ErrClosed), or a context done before
-// the batch is committed. Once committed, the call waits for the sync even if ctx
+// maximum (ErrBatchTooLarge), a closed shard (ErrClosed), a fenced owner or a lapsed
+// lease (manifest.ErrFenced), or a context done before the batch is committed. Once committed, the call waits for the sync even if ctx
 // ends meanwhile, so a nil error always means durable and an error after the commit
 // is the WAL's.
 func (s *Shard) Append(ctx context.Context, recs ...[]byte) (uint64, error) {
@@ -38,9 +40,24 @@ func (s *Shard) append(ctx context.Context, recs [][]byte) (first uint64, bytes 
 	if s.mu.closed {
 		return 0, bytes, fmt.Errorf("shard %q: append: %w", s.id, ErrClosed)
 	}
-	first, err = s.cfg.Log.Append(ctx, s.id, recs)
+	if err := s.cfg.Owner.Valid(); err != nil {
+		return 0, bytes, fmt.Errorf("shard %q: append: %w", s.id, err)
+	}
+	first, err = s.cfg.Log.Append(ctx, s.id, s.epoch, recs)
+	if errors.Is(err, wal.ErrStaleEpoch) {
+		err = fmt.Errorf("%w: %w", manifest.ErrFenced, err)
+	}
 	if err != nil {
 		return 0, bytes, fmt.Errorf("shard %q: append: %w", s.id, err)
+	}
+	// The lease must still hold when the records became durable: an owner whose
+	// lease ran out during the sync acknowledges nothing. The records stay in the
+	// WAL, unacknowledged, like those of a crash before the reply.
+	if err := s.cfg.Owner.Valid(); err != nil {
+		return 0, bytes, fmt.Errorf("shard %q: append at %d was durable after the lease: %w", s.id, first, err)
+	}
+	if s.cfg.SizeTrigger > 0 && s.cfg.Log.Info(s.id).UnsealedBytes >= s.cfg.SizeTrigger {
+		s.cfg.Sealer.Kick()
 	}
 	return first, bytes, nil
 }

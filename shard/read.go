@@ -2,8 +2,14 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
+
+	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/wal"
 )
 
 // Record is one record and its offset.
@@ -12,11 +18,11 @@ type Record struct {
 	Value  []byte
 }
 
-// Read iterates over the shard's records from offset from, in offset order, as they
-// were when the iteration started. Values are the caller's to keep. A from past the
-// last record yields nothing; a from below what the shard still holds is an error
-// wrapping wal.ErrTruncated; corruption ends the iteration with an error wrapping
-// wal.ErrCorrupt, never with a record that was not appended.
+// Read iterates over the shard's records from offset from, in offset order: the
+// sealed parts the manifest names, then the pages still in the WAL, with seamless
+// offsets. Values are the caller's to keep. A from past the last record yields
+// nothing. A part that cannot be read, or fails its checks, ends the iteration with
+// an error naming it: never a shorter history without one.
 func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		s.mu.RLock()
@@ -26,23 +32,108 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 			yield(Record{}, fmt.Errorf("shard %q: read: %w", s.id, ErrClosed))
 			return
 		}
-		for page, err := range s.cfg.Log.Pages(s.id, from) {
-			if err == nil {
-				err = ctx.Err()
-			}
-			if err != nil {
-				yield(Record{}, fmt.Errorf("shard %q: read from %d: %w", s.id, from, err))
-				return
-			}
-			for i, v := range page.Records {
-				off := page.FirstOffset + uint64(i)
-				if off < from {
+		next := from
+		fail := func(err error) { yield(Record{}, fmt.Errorf("shard %q: read from %d: %w", s.id, from, err)) }
+		// A seal may commit and truncate the WAL between reading the manifest and
+		// reading the pages; then the pages are in a part of the newer manifest.
+		for attempt := 0; ; attempt++ {
+			m := s.cfg.Owner.Manifest()
+			for _, p := range m.Parts {
+				if p.Next() <= next {
 					continue
 				}
-				if !yield(Record{Offset: off, Value: v}, nil) {
+				more, err := s.readPart(ctx, p, &next, yield)
+				if err != nil {
+					fail(err)
+					return
+				}
+				if !more {
 					return
 				}
 			}
+			if err := s.readPages(ctx, &next, yield); errors.Is(err, wal.ErrTruncated) && attempt < 3 {
+				continue
+			} else if err != nil {
+				fail(err)
+			}
+			return
 		}
 	}
+}
+
+// readPart yields the records of p from *next on, advancing *next; more is false
+// when the caller stopped.
+func (s *Shard) readPart(ctx context.Context, p manifest.Part, next *uint64, yield func(Record, error) bool) (more bool, err error) {
+	r, err := part.Open(objectReader{ctx, s.cfg.Bucket, p.Key}, p.Size, p.Key, nil)
+	if err != nil {
+		return false, fmt.Errorf("part %s: %w", p.Key, err)
+	}
+	if info := r.Info(); info.Shard != s.id || info.First != p.First || info.Count != p.Count || info.CRC != p.CRC {
+		return false, fmt.Errorf("part %s: holds %s %d+%d crc %08x, the manifest says %d+%d crc %08x: %w",
+			p.Key, info.Shard, info.First, info.Count, info.CRC, p.First, p.Count, p.CRC, part.ErrCorrupt)
+	}
+	for rec, err := range r.Records(*next) {
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return false, fmt.Errorf("part %s: %w", p.Key, err)
+		}
+		if rec.Offset != *next {
+			return false, fmt.Errorf("part %s: offset %d where %d was due: %w", p.Key, rec.Offset, *next, part.ErrCorrupt)
+		}
+		*next++
+		if !yield(Record{Offset: rec.Offset, Value: rec.Value}, nil) {
+			return false, nil
+		}
+	}
+	if *next != p.Next() {
+		return false, fmt.Errorf("part %s: ends at %d, the manifest says %d: %w", p.Key, *next, p.Next(), part.ErrCorrupt)
+	}
+	return true, nil
+}
+
+// readPages yields the WAL's records from *next on.
+func (s *Shard) readPages(ctx context.Context, next *uint64, yield func(Record, error) bool) error {
+	for page, err := range s.cfg.Log.Pages(s.id, *next) {
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		if page.FirstOffset > *next {
+			return fmt.Errorf("the WAL continues at %d where %d was due: %w", page.FirstOffset, *next, wal.ErrCorrupt)
+		}
+		for i, v := range page.Records {
+			off := page.FirstOffset + uint64(i)
+			if off < *next {
+				continue
+			}
+			*next = off + 1
+			if !yield(Record{Offset: off, Value: v}, nil) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// objectReader reads an object by ranges, for the part reader.
+type objectReader struct {
+	ctx context.Context
+	b   *substrate.Bucket
+	key string
+}
+
+func (o objectReader) ReadAt(p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	data, _, err := o.b.GetRange(o.ctx, o.key, off, int64(len(p)))
+	n := copy(p, data)
+	if err == nil && n < len(p) {
+		err = fmt.Errorf("object %s: %d bytes at %d, asked for %d", o.key, n, off, len(p))
+	}
+	return n, err
 }

@@ -1,19 +1,32 @@
-// Package shard is one shard of an engine: the append and read path over the engine's
-// shared WAL. A Shard is opened by the engine (engine.OpenShard), which owns the WAL
-// and the metrics; this package holds what is specific to one shard.
+// Package shard is one shard of an engine: its owner's lease, its append and read
+// paths, and its seals. A Shard is opened by the engine (engine.OpenShard), which
+// owns the WAL, the substrates, the seal scheduler and the metrics; this package holds
+// what is specific to one shard.
 //
 // Records get dense offsets, starting at 0 for a new shard and continuing across
-// reopens. Empty records are refused (ErrEmptyRecord): a zero-length record cannot
-// be told from a missing payload by most consumers of an event log, so an
-// application that means "no payload" should say so in its own encoding.
+// reopens and owners. Empty records are refused (ErrEmptyRecord): a zero-length
+// record cannot be told from a missing payload by most consumers of an event log, so
+// an application that means "no payload" should say so in its own encoding.
+//
+// A shard acknowledges appends only while its owner's lease is valid; once the
+// lease lapses or another instance takes the shard over, appends fail with an error
+// that is manifest.ErrFenced.
 package shard
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/wal"
 )
 
@@ -41,20 +54,31 @@ type Observer interface {
 	ObserveAppend(records, bytes int, took time.Duration, err error)
 }
 
-// Config is what the engine gives a shard. Every field is required.
+// Config is what the engine gives a shard. Every field is required unless said.
 type Config struct {
-	Log           *wal.Log
+	Log    *wal.Log
+	Owner  *manifest.Owner
+	Bucket *substrate.Bucket // the first replica: parts are written and read here
+	Sealer *seal.Scheduler
+	// PartsDir holds part files while they are written.
+	PartsDir      string
+	BlockSize     int           // part block size; 0 means the default
+	Encoder       *zstd.Encoder // shared by the engine's seals
+	SizeTrigger   uint64        // unsealed bytes at which an append asks for a seal
 	MaxRecordSize int
 	MaxBatchBytes int
 	Observer      Observer
-	// OnClose runs once, when the shard has closed.
+	Logger        *slog.Logger
+	Now           func() time.Time
+	// OnClose runs once, when the shard has closed or retired.
 	OnClose func()
 }
 
 // Shard is one open shard. It is safe for concurrent use.
 type Shard struct {
-	id  string
-	cfg Config
+	id    string
+	cfg   Config
+	epoch uint64
 
 	// mu is held for reading by every append for its whole duration, so Close, which
 	// takes it for writing, stops intake and waits for the appends in flight.
@@ -64,15 +88,20 @@ type Shard struct {
 	}
 }
 
-// Open opens shard id on the WAL. The id must pass ValidateID.
-func Open(id string, cfg Config) (*Shard, error) {
+// Open opens shard id for its owner, whose epoch the WAL already carries (see
+// engine.OpenShard). With armed, the shard has pages an earlier engine left
+// unsealed, and the scheduler seals them at its first evaluation (SPEC SE3).
+func Open(id string, cfg Config, armed bool) (*Shard, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, err
 	}
-	if cfg.Log == nil || cfg.Observer == nil || cfg.OnClose == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
+	if cfg.Log == nil || cfg.Owner == nil || cfg.Bucket == nil || cfg.Sealer == nil || cfg.Observer == nil ||
+		cfg.OnClose == nil || cfg.Logger == nil || cfg.Now == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
-	return &Shard{id: id, cfg: cfg}, nil
+	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch()}
+	cfg.Sealer.Add(id, s, armed)
+	return s, nil
 }
 
 // ID returns the shard's id.
@@ -82,6 +111,10 @@ func (s *Shard) ID() string { return s.id }
 type Info struct {
 	// Next is the offset the next appended record gets.
 	Next uint64
+	// Sealed is the offset after the last sealed record.
+	Sealed uint64
+	// Epoch is the owner epoch of this shard handle.
+	Epoch uint64
 	// UnsealedBytes is the size of the records not yet sealed, and Oldest when the
 	// oldest of them was appended (zero when there are none).
 	UnsealedBytes uint64
@@ -91,18 +124,62 @@ type Info struct {
 // Info returns the shard's state.
 func (s *Shard) Info() Info {
 	wi := s.cfg.Log.Info(s.id)
-	return Info{Next: wi.Next, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
+	return Info{Next: wi.Next, Sealed: s.cfg.Owner.Manifest().Sealed, Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
 }
 
-// Close stops intake, waits for the appends in flight, and closes the shard. Later
-// calls fail with ErrClosed; closing twice returns ErrClosed.
-func (s *Shard) Close() error {
+// Manifest returns the shard's manifest as this owner last published it.
+func (s *Shard) Manifest() manifest.Manifest { return s.cfg.Owner.Manifest() }
+
+// stopIntake marks the shard closed once, after the appends in flight. It reports
+// false if the shard was closed already.
+func (s *Shard) stopIntake() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
-		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
+		return false
 	}
 	s.mu.closed = true
-	s.cfg.OnClose()
+	return true
+}
+
+// Close is the cooperative close (SPEC SE6): it stops intake and waits for the
+// appends in flight, seals everything still unsealed, and releases the lease, so the
+// next owner takes the shard over at once with nothing to seal. If a seal fails the
+// lease is kept (it runs out on its own, and an open on this engine's directory
+// seals the rest) and the error returned. Closing twice returns ErrClosed.
+func (s *Shard) Close(ctx context.Context) error {
+	if !s.stopIntake() {
+		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
+	}
+	defer s.cfg.OnClose()
+	s.cfg.Sealer.Remove(s.id, true)
+	for {
+		res, err := s.Seal(ctx, math.MaxUint64)
+		if err != nil {
+			return fmt.Errorf("shard %q: close: %w", s.id, err)
+		}
+		if !res.Cut {
+			break
+		}
+	}
+	if err := s.cfg.Owner.Release(ctx); err != nil {
+		return fmt.Errorf("shard %q: close: %w", s.id, err)
+	}
+	return nil
+}
+
+// Retire stops the shard at once for a lag move (SPEC SE6): it stops intake, cancels
+// a seal in flight, and releases the lease without sealing. The unsealed pages stay
+// in the WAL, and the next open of the shard on this engine's directory seals them
+// at its first evaluation.
+func (s *Shard) Retire(ctx context.Context) error {
+	if !s.stopIntake() {
+		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
+	}
+	defer s.cfg.OnClose()
+	s.cfg.Sealer.Remove(s.id, false)
+	if err := s.cfg.Owner.Release(ctx); err != nil {
+		return fmt.Errorf("shard %q: retire: %w", s.id, err)
+	}
 	return nil
 }

@@ -31,7 +31,7 @@ func TestFlippedBytesInTheWALAreReportedNeverReadAsOtherRecords(t *testing.T) {
 	var want [][]byte
 	for i := range 3000 {
 		batch := [][]byte{fmt.Appendf(nil, "record %d %s", i, strings.Repeat("y", 300+i%700))}
-		if _, err := l.Append(t.Context(), "s", batch); err != nil {
+		if _, err := l.Append(t.Context(), "s", 0, batch); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, batch...)

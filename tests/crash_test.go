@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,9 @@ import (
 	"time"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/local"
 )
 
 var kills = flag.Int("kills", 20, "kill points of TestKilledAppenderLosesNoAcknowledgedRecord")
@@ -31,8 +35,10 @@ const (
 // TestKilledAppenderLosesNoAcknowledgedRecord runs a child process that appends from
 // several goroutines to several shards and reports every acknowledged batch over a
 // pipe, kills it with SIGKILL at a random moment, reopens its directory, and checks
-// that every acknowledged record is there, in order, exactly once, at dense offsets.
-// The directory is reused across kill points, so later children also recover what
+// that every acknowledged record is there, in order, exactly once, at dense offsets,
+// whether it was sealed into a part or is still in the WAL. The child seals all the
+// time (small triggers), so kill points land in every step of a seal. The directory
+// and its bucket are reused across kill points, so later children also recover what
 // earlier ones left.
 func TestKilledAppenderLosesNoAcknowledgedRecord(t *testing.T) {
 	if dir := os.Getenv(envCrashChild); dir != "" {
@@ -42,13 +48,18 @@ func TestKilledAppenderLosesNoAcknowledgedRecord(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	acked := map[string][]batch{}
+	parts := 0
 	for kill := range *kills {
 		delay := time.Duration(rng.IntN(300)) * time.Millisecond
 		for _, b := range runAndKill(t, dir, kill, delay) {
 			acked[b.shard] = append(acked[b.shard], b)
 		}
-		verify(t, dir, acked, kill)
+		verify(t, dir, acked, kill, &parts)
 	}
+	if parts == 0 {
+		t.Fatal("no shard was ever sealed: the kill points did not reach a seal")
+	}
+	t.Logf("%d kill points; the shards held %d parts at the reopens", *kills, parts)
 }
 
 // batch is one acknowledged append, as the child reports it.
@@ -118,10 +129,17 @@ func runAndKill(t *testing.T, dir string, kill int, delay time.Duration) []batch
 	return batches
 }
 
-func verify(t *testing.T, dir string, acked map[string][]batch, kill int) {
+// verify reopens dir and checks every acknowledged batch; it adds the shards' parts
+// to *parts.
+func verify(t *testing.T, dir string, acked map[string][]batch, kill int, parts *int) {
 	t.Helper()
 	ctx := context.Background()
-	e, err := engine.Open(ctx, engine.Options{Dir: dir})
+	bucket, err := localBucket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket})
 	if err != nil {
 		t.Fatalf("kill %d: reopen: %v", kill, err)
 	}
@@ -142,6 +160,7 @@ func verify(t *testing.T, dir string, acked map[string][]batch, kill int) {
 			}
 			recs = append(recs, rec.Value)
 		}
+		*parts += len(sh.Manifest().Parts)
 		if info := sh.Info(); info.Next != uint64(len(recs)) {
 			t.Fatalf("kill %d: %s: next offset %d, %d records", kill, shard, info.Next, len(recs))
 		}
@@ -189,7 +208,15 @@ func parseRecord(t *testing.T, r []byte) (string, uint64) {
 // each writer's sequence restarts at 0 in every generation.
 func crashChild(dir string) {
 	ctx := context.Background()
-	e, err := engine.Open(ctx, engine.Options{Dir: dir})
+	bucket, err := localBucket(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: bucket:", err)
+		os.Exit(2)
+	}
+	// Small seal triggers, so that kill points land in every step of a seal.
+	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: seal.Options{
+		SizeBytes: 128 << 10, Budget: 256 << 10, Interval: 20 * time.Millisecond,
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open:", err)
 		os.Exit(2)
@@ -234,4 +261,14 @@ func crashChild(dir string) {
 		}
 	}
 	wg.Wait()
+}
+
+// localBucket is the bucket of an engine directory in these tests: a local-directory
+// substrate inside it, so a child and the parent that reopens after it share it.
+func localBucket(dir string) (*substrate.Bucket, error) {
+	d, err := local.New(filepath.Join(dir, "bucket"))
+	if err != nil {
+		return nil, err
+	}
+	return substrate.New(d, substrate.Options{Name: "local"})
 }

@@ -143,15 +143,13 @@ func (l *Log) checkMarks(marks map[string]mark) error {
 	return nil
 }
 
-// marks returns the watermark of every shard now.
+// marks returns the watermark of every shard now. It takes no shard's lock.
 func (l *Log) marks() map[string]mark {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	out := make(map[string]mark, len(l.mu.shards))
 	for id, st := range l.mu.shards {
-		st.mu.Lock()
-		m := mark{floor: st.mu.floor, acked: st.acked.Load()}
-		st.mu.Unlock()
+		m := mark{floor: st.floorMark.Load(), acked: st.acked.Load()}
 		if m != (mark{}) {
 			out[id] = m
 		}
@@ -178,12 +176,25 @@ func (l *Log) syncMarks(stop <-chan struct{}, done chan<- struct{}) {
 }
 
 func (l *Log) writeMarksIfChanged() error {
-	gen := l.changes.Load()
-	if gen == l.written {
+	l.marksMu.Lock()
+	defer l.marksMu.Unlock()
+	if l.changes.Load() == l.written {
 		return nil
 	}
+	return l.writeMarksLocked()
+}
+
+// writeMarksNow writes the watermark at once, whether or not it changed.
+func (l *Log) writeMarksNow() error {
+	l.marksMu.Lock()
+	defer l.marksMu.Unlock()
+	return l.writeMarksLocked()
+}
+
+func (l *Log) writeMarksLocked() error {
+	gen := l.changes.Load()
 	if err := writeMarks(l.dir, l.marks()); err != nil {
-		return err
+		return fmt.Errorf("wal: writing the acknowledged watermark: %w", err)
 	}
 	l.written = gen
 	return nil

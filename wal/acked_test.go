@@ -35,7 +35,7 @@ func TestTheWatermarkFollowsAppendsWhileTheLogIsOpen(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, Options{AckedInterval: 5 * time.Millisecond})
 	defer l.Close()
-	if _, err := l.Append(context.Background(), "s", recs("r", 3)); err != nil {
+	if _, err := l.Append(context.Background(), "s", 0, recs("r", 3)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -67,7 +67,7 @@ func TestALogThatReplaysShortOfTheWatermarkFailsTheOpen(t *testing.T) {
 			if name == "shard vanished" {
 				shard = "other"
 			}
-			if _, err := l.Append(context.Background(), shard, recs("r", 3)); err != nil {
+			if _, err := l.Append(context.Background(), shard, 0, recs("r", 3)); err != nil {
 				t.Fatal(err)
 			}
 			if err := l.Close(); err != nil {
@@ -88,7 +88,7 @@ func TestALogThatReplaysShortOfTheWatermarkFailsTheOpen(t *testing.T) {
 func TestAWatermarkBehindTheLogIsFine(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, Options{})
-	l.Append(context.Background(), "s", recs("r", 3))
+	l.Append(context.Background(), "s", 0, recs("r", 3))
 	l.Close()
 	// An older watermark is what a crash before its rewrite leaves.
 	if err := writeMarks(dir, map[string]mark{"s": {acked: 1}}); err != nil {
@@ -104,7 +104,7 @@ func TestAWatermarkBehindTheLogIsFine(t *testing.T) {
 func TestADamagedWatermarkFailsTheOpen(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, Options{})
-	l.Append(context.Background(), "s", recs("r", 3))
+	l.Append(context.Background(), "s", 0, recs("r", 3))
 	l.Close()
 	path := filepath.Join(dir, ackedFile)
 	b, err := os.ReadFile(path)

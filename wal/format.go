@@ -14,6 +14,7 @@ const (
 
 	pagePrefix  = 'p'
 	floorPrefix = 'f'
+	epochPrefix = 'o'
 	separator   = 0x00
 
 	// pageHeaderLen is version, count, appended-at and payload bytes.
@@ -40,6 +41,9 @@ var (
 	ErrEmptyBatch = errors.New("wal: empty batch")
 	// ErrNotPageBoundary reports a truncation point inside a page.
 	ErrNotPageBoundary = errors.New("wal: not a page boundary")
+	// ErrStaleEpoch reports an append or truncation by an owner whose epoch is no
+	// longer the shard's: a newer owner opened the shard on this log.
+	ErrStaleEpoch = errors.New("wal: stale owner epoch")
 )
 
 // CorruptionError says which page failed its checks and why.
@@ -77,7 +81,16 @@ func pageKey(shard string, first uint64) []byte {
 	return binary.BigEndian.AppendUint64(shardPrefix(pagePrefix, shard), first)
 }
 
+// pagesEnd is the first key after every page key of shard.
+func pagesEnd(shard string) []byte {
+	k := shardPrefix(pagePrefix, shard)
+	k[len(k)-1] = separator + 1
+	return k
+}
+
 func floorKey(shard string) []byte { return append([]byte{floorPrefix}, shard...) }
+
+func epochKey(shard string) []byte { return append([]byte{epochPrefix}, shard...) }
 
 // parsePageKey splits a page key into shard and first offset.
 func parsePageKey(k []byte) (shard string, first uint64, ok bool) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -67,7 +68,8 @@ type Log struct {
 	// l0-acked file when it moved since written, which only that goroutine (and Close
 	// after it) touches.
 	changes   atomic.Uint64
-	written   uint64
+	marksMu   sync.Mutex // serializes writes of the l0-acked file
+	written   uint64     // changes when last written; guarded by marksMu
 	stopMarks chan struct{}
 	marksDone chan struct{}
 
@@ -97,10 +99,18 @@ type shardState struct {
 		pages   int
 		payload uint64    // record bytes in the shard's pages
 		oldest  time.Time // appended-at of the first page; zero without pages
+		epoch   uint64    // the owner epoch appends and truncations must carry
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
-	// their sync.
-	acked atomic.Uint64
+	// their sync. floorMark mirrors mu.floor for the watermark writer, which must not
+	// take mu.
+	acked     atomic.Uint64
+	floorMark atomic.Uint64
+}
+
+func (st *shardState) setFloorLocked(floor uint64) {
+	st.mu.floor = floor
+	st.floorMark.Store(floor)
 }
 
 // Open opens (creating it if needed) the log in dir and loads every shard's state.
@@ -173,8 +183,14 @@ func (l *Log) load() error {
 				return fmt.Errorf("wal: floor of shard %q: %d bytes: %w", k[1:], len(v), ErrCorrupt)
 			}
 			st := l.stateLocked(string(k[1:]))
-			st.mu.floor = binary.BigEndian.Uint64(v)
+			st.setFloorLocked(binary.BigEndian.Uint64(v))
 			st.mu.next = max(st.mu.next, st.mu.floor)
+		case epochPrefix:
+			v := it.Value()
+			if len(v) != 8 {
+				return fmt.Errorf("wal: epoch of shard %q: %d bytes: %w", k[1:], len(v), ErrCorrupt)
+			}
+			l.stateLocked(string(k[1:])).mu.epoch = binary.BigEndian.Uint64(v)
 		case pagePrefix:
 			shard, first, ok := parsePageKey(k)
 			if !ok {
@@ -255,8 +271,9 @@ func (l *Log) exit() {
 
 // Append writes recs as one page of shard and returns the offset of the first record
 // once the page is durable. The caller validates shard ids and record sizes; an empty
-// batch is refused. A context cancelled before the commit writes nothing.
-func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, error) {
+// batch is refused, and so is an epoch other than the shard's (ErrStaleEpoch). A
+// context cancelled before the commit writes nothing.
+func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]byte) (uint64, error) {
 	if len(recs) == 0 {
 		return 0, ErrEmptyBatch
 	}
@@ -279,6 +296,10 @@ func (l *Log) Append(ctx context.Context, shard string, recs [][]byte) (uint64, 
 	if err := ctx.Err(); err != nil {
 		st.mu.Unlock()
 		return 0, err
+	}
+	if epoch != st.mu.epoch {
+		st.mu.Unlock()
+		return 0, fmt.Errorf("wal: shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
 	}
 	first := st.mu.next
 	now := l.opts.Now()
@@ -335,6 +356,8 @@ type ShardInfo struct {
 	// Oldest is when the oldest page still in the log was appended; zero without
 	// pages.
 	Oldest time.Time
+	// Epoch is the owner epoch last set with SetEpoch; 0 if never.
+	Epoch uint64
 }
 
 // Info returns the shard's state; a shard never written has the zero ShardInfo.
@@ -347,15 +370,18 @@ func (l *Log) Info(shard string) ShardInfo {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Pages: st.mu.pages, UnsealedBytes: st.mu.payload, Oldest: st.mu.oldest}
+	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Pages: st.mu.pages, UnsealedBytes: st.mu.payload, Oldest: st.mu.oldest, Epoch: st.mu.epoch}
 }
 
 // Shards returns the shards that have pages, sorted.
 func (l *Log) Shards() []string {
+	// Never hold l.mu while waiting for a shard's lock: Adopt holds a shard's lock
+	// while the watermark writer reads l.mu.
 	l.mu.RLock()
-	defer l.mu.RUnlock()
+	states := maps.Clone(l.mu.shards)
+	l.mu.RUnlock()
 	var out []string
-	for shard, st := range l.mu.shards {
+	for shard, st := range states {
 		st.mu.Lock()
 		if st.mu.pages > 0 {
 			out = append(out, shard)
@@ -387,9 +413,7 @@ func (l *Log) Pages(shard string, from uint64) iter.Seq2[Page, error] {
 // scan is Pages without the checks, for callers that hold the shard's lock.
 func (l *Log) scan(shard string, from uint64) iter.Seq2[Page, error] {
 	return func(yield func(Page, error) bool) {
-		prefix := shardPrefix(pagePrefix, shard)
-		upper := append(slices.Clip(prefix[:len(prefix)-1]), separator+1)
-		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pagesEnd(shard)})
 		if err != nil {
 			yield(Page{}, err)
 			return
@@ -433,8 +457,9 @@ func (l *Log) scan(shard string, from uint64) iter.Seq2[Page, error] {
 
 // TruncateThrough removes the shard's pages before offset next, which must be a page
 // boundary, and raises the shard's floor to it, durably. Offsets stay dense: the next
-// append continues where the shard was.
-func (l *Log) TruncateThrough(shard string, next uint64) error {
+// append continues where the shard was. An epoch other than the shard's is
+// ErrStaleEpoch: an earlier owner's late cleanup cannot touch a newer owner's pages.
+func (l *Log) TruncateThrough(shard string, epoch, next uint64) error {
 	if err := l.enter(); err != nil {
 		return err
 	}
@@ -442,6 +467,14 @@ func (l *Log) TruncateThrough(shard string, next uint64) error {
 	st := l.state(shard)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if epoch != st.mu.epoch {
+		return fmt.Errorf("wal: truncate shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	}
+	return l.truncateLocked(shard, st, next)
+}
+
+// truncateLocked is TruncateThrough with st.mu held.
+func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if next <= st.mu.floor {
 		return nil
 	}
@@ -496,7 +529,8 @@ func (l *Log) TruncateThrough(shard string, next uint64) error {
 	if err := l.db.Apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: truncate shard %q: %w", shard, err)
 	}
-	st.mu.floor, st.mu.pages, st.mu.payload, st.mu.oldest = next, pages, payload, oldest
+	st.setFloorLocked(next)
+	st.mu.pages, st.mu.payload, st.mu.oldest = pages, payload, oldest
 	l.changes.Add(1)
 	return nil
 }
@@ -535,7 +569,7 @@ func (l *Log) Close() error {
 	<-l.marksDone
 	var errs []error
 	if err := l.writeMarksIfChanged(); err != nil {
-		errs = append(errs, fmt.Errorf("wal: writing the acknowledged watermark: %w", err))
+		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, l.db.Close(), l.fsCloser.Close())...)
 }

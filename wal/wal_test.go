@@ -62,7 +62,7 @@ func TestAppendAssignsDenseOffsetsAndReadsFromAnyOffset(t *testing.T) {
 	var want [][]byte
 	for i, n := range []int{3, 1, 5} {
 		batch := recs(fmt.Sprintf("b%d", i), n)
-		first, err := l.Append(ctx, "s", batch)
+		first, err := l.Append(ctx, "s", 0, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,10 +93,10 @@ func TestStateSurvivesReopen(t *testing.T) {
 	clock := time.Unix(1700000000, 0)
 	l := open(t, dir, Options{Now: func() time.Time { return clock }})
 	ctx := t.Context()
-	l.Append(ctx, "a", recs("a", 4))
+	l.Append(ctx, "a", 0, recs("a", 4))
 	clock = clock.Add(time.Second)
-	l.Append(ctx, "a", [][]byte{[]byte("12345")})
-	l.Append(ctx, "b", recs("b", 2))
+	l.Append(ctx, "a", 0, [][]byte{[]byte("12345")})
+	l.Append(ctx, "b", 0, recs("b", 2))
 	before := l.Info("a")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestStateSurvivesReopen(t *testing.T) {
 	if got := l.Shards(); fmt.Sprint(got) != "[a b]" {
 		t.Fatalf("shards %v", got)
 	}
-	first, err := l.Append(ctx, "a", recs("c", 1))
+	first, err := l.Append(ctx, "a", 0, recs("c", 1))
 	if err != nil || first != 5 {
 		t.Fatalf("append after reopen: %d, %v; want offset 5", first, err)
 	}
@@ -131,7 +131,7 @@ func TestConcurrentAppendsStayDenseAndShareFsyncs(t *testing.T) {
 			wg.Go(func() {
 				for i := range appends {
 					tag := fmt.Sprintf("w%d-%d", w, i)
-					first, err := l.Append(t.Context(), fmt.Sprintf("s%d", s), recs(tag, 3))
+					first, err := l.Append(t.Context(), fmt.Sprintf("s%d", s), 0, recs(tag, 3))
 					if err != nil {
 						t.Error(err)
 						return
@@ -172,13 +172,13 @@ func TestTruncateThroughAPageBoundary(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, Options{})
 	ctx := t.Context()
-	l.Append(ctx, "s", recs("a", 3)) // 0..2
-	l.Append(ctx, "s", recs("b", 2)) // 3..4
-	l.Append(ctx, "s", recs("c", 4)) // 5..8
-	if err := l.TruncateThrough("s", 4); !errors.Is(err, ErrNotPageBoundary) {
+	l.Append(ctx, "s", 0, recs("a", 3)) // 0..2
+	l.Append(ctx, "s", 0, recs("b", 2)) // 3..4
+	l.Append(ctx, "s", 0, recs("c", 4)) // 5..8
+	if err := l.TruncateThrough("s", 0, 4); !errors.Is(err, ErrNotPageBoundary) {
 		t.Fatalf("truncate inside a page: %v", err)
 	}
-	if err := l.TruncateThrough("s", 5); err != nil {
+	if err := l.TruncateThrough("s", 0, 5); err != nil {
 		t.Fatal(err)
 	}
 	info := l.Info("s")
@@ -194,7 +194,7 @@ func TestTruncateThroughAPageBoundary(t *testing.T) {
 		t.Fatalf("after truncate: %q", got)
 	}
 	// Truncating everything keeps the offsets going, across a reopen.
-	if err := l.TruncateThrough("s", 9); err != nil {
+	if err := l.TruncateThrough("s", 0, 9); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -206,7 +206,7 @@ func TestTruncateThroughAPageBoundary(t *testing.T) {
 	if len(l.Shards()) != 0 {
 		t.Fatalf("shards with pages: %v", l.Shards())
 	}
-	if first, err := l.Append(ctx, "s", recs("d", 1)); err != nil || first != 9 {
+	if first, err := l.Append(ctx, "s", 0, recs("d", 1)); err != nil || first != 9 {
 		t.Fatalf("append after truncating all: %d, %v; want 9", first, err)
 	}
 }
@@ -231,8 +231,8 @@ func TestACorruptPageIsReportedWithItsPlace(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := open(t, t.TempDir(), Options{})
 			defer l.Close()
-			l.Append(t.Context(), "s", recs("a", 3))
-			l.Append(t.Context(), "s", recs("b", 3))
+			l.Append(t.Context(), "s", 0, recs("a", 3))
+			l.Append(t.Context(), "s", 0, recs("b", 3))
 			damage(l)
 			var n int
 			var got error
@@ -255,7 +255,7 @@ func TestAMissingPageFailsTheOpen(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, Options{})
 	for range 3 {
-		l.Append(t.Context(), "s", recs("x", 2))
+		l.Append(t.Context(), "s", 0, recs("x", 2))
 	}
 	l.db.Delete(pageKey("s", 2), nil)
 	l.Close()
@@ -268,19 +268,19 @@ func TestAMissingPageFailsTheOpen(t *testing.T) {
 
 func TestBadCallsChangeNothing(t *testing.T) {
 	l := open(t, t.TempDir(), Options{})
-	if _, err := l.Append(t.Context(), "s", nil); err == nil {
+	if _, err := l.Append(t.Context(), "s", 0, nil); err == nil {
 		t.Fatal("empty batch accepted")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := l.Append(ctx, "s", recs("x", 1)); !errors.Is(err, context.Canceled) {
+	if _, err := l.Append(ctx, "s", 0, recs("x", 1)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled append: %v", err)
 	}
 	if info := l.Info("s"); info.Next != 0 || info.Pages != 0 {
 		t.Fatalf("refused appends changed the shard: %+v", info)
 	}
 	l.Close()
-	if _, err := l.Append(t.Context(), "s", recs("x", 1)); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append(t.Context(), "s", 0, recs("x", 1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
 	if err := l.Close(); !errors.Is(err, ErrClosed) {

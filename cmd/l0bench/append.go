@@ -17,6 +17,8 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/local"
 )
 
 // appendParams describe one append workload: appenders goroutines, each appending
@@ -92,9 +94,19 @@ func drive(p appendParams, appenders int, op func(w int) error) (sample, error) 
 }
 
 // runL0 appends through the engine to shards shards; appender w writes to shard
-// w mod shards.
+// w mod shards. The engine seals as it would in production (by its default
+// triggers, to a local-directory bucket), so its seals share the machine.
 func runL0(ctx context.Context, dir string, p appendParams, shards int) (sample, error) {
-	e, err := engine.Open(ctx, engine.Options{Dir: dir})
+	store, err := local.New(filepath.Join(dir, "bucket"))
+	if err != nil {
+		return sample{}, err
+	}
+	bucket, err := substrate.New(store, substrate.Options{Name: "local"})
+	if err != nil {
+		return sample{}, err
+	}
+	defer bucket.Close()
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket})
 	if err != nil {
 		return sample{}, err
 	}

@@ -1,0 +1,179 @@
+package seal
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/wal"
+)
+
+// Job is one shard's seal: what it reads, where it writes, and who commits.
+type Job struct {
+	Shard  string
+	Epoch  uint64
+	Log    *wal.Log
+	Owner  *manifest.Owner
+	Bucket *substrate.Bucket // the first replica: parts are written here at seal
+	// Dir holds the part file while it is written and put.
+	Dir string
+	// BlockSize and Encoder are the part writer's (see part.Options).
+	BlockSize int
+	Encoder   *zstd.Encoder
+	Now       func() time.Time
+}
+
+// Run seals the shard's oldest unsealed pages, up to budget record bytes but at
+// least one page:
+//
+//  1. encode them into a part file in Dir, block by block;
+//  2. put the part on the bucket under a key no other attempt uses;
+//  3. commit it to the manifest (compare-and-swap on the authority);
+//  4. truncate the WAL through the sealed page.
+//
+// A crash or error between any two steps loses and duplicates nothing: before the
+// commit the pages stay in the WAL and the object is an orphan no manifest names;
+// after it, the pages below the sealed watermark are dropped by the next seal or
+// open (SPEC M4, DESIGN.md "Sealing").
+func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
+	m := j.Owner.Manifest()
+	if m.Epoch != j.Epoch {
+		return Result{}, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
+	}
+	// Pages a committed seal left behind (its truncation failed) go first.
+	if info := j.Log.Info(j.Shard); info.Floor < m.Sealed {
+		if err := j.truncate(m.Sealed); err != nil {
+			return Result{}, err
+		}
+	}
+	path, info, cut, err := j.writePart(ctx, m.Sealed, budget)
+	if path != "" {
+		defer os.Remove(path)
+	}
+	if err != nil || info.Count == 0 {
+		return Result{}, err
+	}
+	key := manifest.PartKey(j.Shard, info.First, info.Next(), j.Epoch, nonce())
+	if err := j.put(ctx, key, path); err != nil {
+		return Result{}, err
+	}
+	p := manifest.Part{
+		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
+		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Bucket.Name()},
+	}
+	if err := j.Owner.Commit(ctx, p); err != nil {
+		if errors.Is(err, manifest.ErrFenced) || errors.Is(err, manifest.ErrReleased) {
+			err = errors.Join(err, ErrStopped)
+		}
+		return Result{}, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
+	}
+	if err := j.truncate(info.Next()); err != nil {
+		return Result{}, err
+	}
+	return Result{Records: info.Count, RawBytes: info.RawBytes, Objects: 1, Size: info.Size, Cut: cut}, nil
+}
+
+func (j Job) truncate(next uint64) error {
+	err := j.Log.TruncateThrough(j.Shard, j.Epoch, next)
+	if errors.Is(err, wal.ErrStaleEpoch) || errors.Is(err, wal.ErrClosed) {
+		err = errors.Join(err, ErrStopped)
+	}
+	if err != nil {
+		return fmt.Errorf("seal %s: truncate the WAL through %d: %w", j.Shard, next, err)
+	}
+	return nil
+}
+
+// writePart encodes the pages from offset from into a new file in Dir, stopping at
+// the first page boundary past budget, and reports whether pages were left.
+func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, info part.Info, cut bool, err error) {
+	f, err := os.CreateTemp(j.Dir, "seal-"+j.Shard+"-*.part")
+	if err != nil {
+		return "", part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("seal %s: %w", j.Shard, cerr)
+		}
+	}()
+	w := part.NewWriter(f, j.Shard, from, part.Options{BlockSize: j.BlockSize, Encoder: j.Encoder})
+	var bytes uint64
+	var pages int
+	for page, err := range j.Log.Pages(j.Shard, from) {
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: read the WAL from %d: %w", j.Shard, from, err)
+		}
+		if pages == 0 && page.FirstOffset != from {
+			return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: the sealed watermark %d is inside the page at %d: %w", j.Shard, from, page.FirstOffset, wal.ErrNotPageBoundary)
+		}
+		if pages > 0 && bytes >= budget {
+			cut = true
+			break
+		}
+		for _, r := range page.Records {
+			if err := w.Add(r); err != nil {
+				return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
+			}
+			bytes += uint64(len(r))
+		}
+		pages++
+	}
+	if pages == 0 {
+		return f.Name(), part.Info{}, false, nil
+	}
+	info, err = w.Close()
+	if err != nil {
+		return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: write part: %w", j.Shard, err)
+	}
+	return f.Name(), info, cut, nil
+}
+
+// put writes the part file to the bucket under key, which no earlier attempt used.
+func (j Job) put(ctx context.Context, key, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("seal %s: %w", j.Shard, err)
+	}
+	defer f.Close()
+	_, created, err := j.Bucket.PutIfAbsent(ctx, key, f)
+	if err == nil && !created {
+		err = fmt.Errorf("an object is already there")
+	}
+	if err != nil {
+		return fmt.Errorf("seal %s: put %s on %s: %w", j.Shard, key, j.Bucket.Name(), err)
+	}
+	return nil
+}
+
+// nonce makes part keys unique across attempts, owners and engines.
+func nonce() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CleanDir removes part files that a crash left in dir: no manifest names them.
+func CleanDir(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "seal-*.part"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, os.Remove(f))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,79 @@
+package seal
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options configure sealing. The zero value of each field means its default.
+type Options struct {
+	// SizeBytes seals a shard whose unsealed records reach this many bytes.
+	// Default 8 MiB.
+	SizeBytes uint64
+	// WALBytes seals the shards with the most unsealed bytes, largest first, while
+	// all shards together hold at least this many. Default 256 MiB.
+	WALBytes uint64
+	// Age seals a shard whose oldest unsealed record is this old, measured by Now
+	// from when it was appended. Default 45 s.
+	Age time.Duration
+	// Budget caps the record bytes of one seal (at least one page is sealed); a seal
+	// cut short by it re-arms the shard's deferred flag, so the rest follows at the
+	// next evaluation. Default 64 MiB.
+	Budget uint64
+	// Interval is how often every shard's triggers are evaluated even when nothing
+	// happens, so an idle shard still ages into a seal. Default 1 s.
+	Interval time.Duration
+	// BackoffMin and BackoffMax bound the wait after a failed seal of a shard before
+	// its next attempt; the wait doubles with each failure in a row. Defaults
+	// 500 ms and 30 s.
+	BackoffMin, BackoffMax time.Duration
+	// Concurrency is how many seals run at once. Default 2.
+	Concurrency int
+	// Now is the clock of the age trigger; backoff uses the real clock. Default
+	// time.Now.
+	Now func() time.Time
+}
+
+// EnsureDefaults fills in the zero fields.
+func (o *Options) EnsureDefaults() {
+	if o.SizeBytes == 0 {
+		o.SizeBytes = 8 << 20
+	}
+	if o.WALBytes == 0 {
+		o.WALBytes = 256 << 20
+	}
+	if o.Age == 0 {
+		o.Age = 45 * time.Second
+	}
+	if o.Budget == 0 {
+		o.Budget = 64 << 20
+	}
+	if o.Interval == 0 {
+		o.Interval = time.Second
+	}
+	if o.BackoffMin == 0 {
+		o.BackoffMin = 500 * time.Millisecond
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = 30 * time.Second
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 2
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports invalid defaulted options.
+func (o *Options) Validate() error {
+	switch {
+	case o.Age < 0 || o.Interval < 0 || o.BackoffMin < 0:
+		return fmt.Errorf("seal: negative duration")
+	case o.BackoffMax < o.BackoffMin:
+		return fmt.Errorf("seal: BackoffMax %s below BackoffMin %s", o.BackoffMax, o.BackoffMin)
+	case o.Concurrency < 0:
+		return fmt.Errorf("seal: Concurrency %d", o.Concurrency)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package seal
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrStopped marks a seal that failed because its shard was closed, retired or
+// fenced: the scheduler does not retry it.
+var ErrStopped = errors.New("seal: shard stopped")
+
+// Target is a shard as the scheduler sees it.
+type Target interface {
+	// Unsealed reports the bytes of the shard's unsealed records and when the oldest
+	// of them was appended (zero without any).
+	Unsealed() (bytes uint64, oldest time.Time)
+	// Seal seals the oldest unsealed records, up to budget bytes but at least one
+	// page.
+	Seal(ctx context.Context, budget uint64) (Result, error)
+}
+
+// Result is what one seal did.
+type Result struct {
+	Records  uint64
+	RawBytes uint64 // record bytes sealed
+	Objects  int    // objects written
+	Size     int64  // bytes of the objects
+	// Cut reports that the budget left records unsealed.
+	Cut bool
+}
+
+// Empty reports a seal that found nothing to seal.
+func (r Result) Empty() bool { return r.Records == 0 }
+
+// Stats are the scheduler's counters.
+type Stats struct {
+	Seals       uint64 // seals that sealed something
+	EmptySeals  uint64 // seals that ran and found nothing
+	Failures    uint64 // seals that failed
+	Objects     uint64 // objects written by seals
+	SealedBytes uint64 // record bytes sealed
+}
+
+// Trigger names why a seal ran.
+type Trigger string
+
+// The triggers.
+const (
+	TriggerDeferred Trigger = "deferred"
+	TriggerSize     Trigger = "size"
+	TriggerWAL      Trigger = "wal"
+	TriggerAge      Trigger = "age"
+)
+
+// Scheduler evaluates the triggers of every shard it holds and runs their seals,
+// at most Concurrency at a time and one per shard.
+type Scheduler struct {
+	opts Options
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	sem  chan struct{}
+	wg   sync.WaitGroup // seals running
+
+	stats struct {
+		seals, empty, failures, objects, bytes atomic.Uint64
+	}
+	mu struct {
+		sync.Mutex
+		shards map[string]*entry
+	}
+}
+
+// entry is one shard's sealing state.
+type entry struct {
+	t        Target
+	deferred bool      // seal at the next evaluation, whatever the triggers say
+	running  bool      // a seal is in flight
+	paused   bool      // tests and operators: evaluate nothing
+	notUntil time.Time // backoff after a failure, by the real clock
+	backoff  time.Duration
+	cancel   context.CancelFunc // of the seal in flight
+	idle     chan struct{}      // closed when the seal in flight ends
+}
+
+// NewScheduler starts a scheduler.
+func NewScheduler(opts Options) (*Scheduler, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{
+		opts: opts,
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+		sem:  make(chan struct{}, opts.Concurrency),
+	}
+	s.mu.shards = make(map[string]*entry)
+	go s.loop()
+	return s, nil
+}
+
+// Add starts evaluating shard id. With armed, its deferred flag is set, so it seals
+// at the first evaluation, which happens at once: an open that inherits unsealed
+// pages passes armed (SPEC SE3).
+func (s *Scheduler) Add(id string, t Target, armed bool) {
+	s.mu.Lock()
+	s.mu.shards[id] = &entry{t: t, deferred: armed}
+	s.mu.Unlock()
+	s.Kick()
+}
+
+// Remove stops evaluating shard id, cancels its seal in flight and, with wait,
+// waits for that seal to end.
+func (s *Scheduler) Remove(id string, wait bool) {
+	s.mu.Lock()
+	e, ok := s.mu.shards[id]
+	delete(s.mu.shards, id)
+	var idle chan struct{}
+	if ok && e.running {
+		e.cancel()
+		idle = e.idle
+	}
+	s.mu.Unlock()
+	if wait && idle != nil {
+		<-idle
+	}
+}
+
+// Pause stops or resumes evaluating shard id; a seal in flight finishes.
+func (s *Scheduler) Pause(id string, paused bool) {
+	s.mu.Lock()
+	if e, ok := s.mu.shards[id]; ok {
+		e.paused = paused
+	}
+	s.mu.Unlock()
+	s.Kick()
+}
+
+// Kick asks for an evaluation now, for instance after an append that may have
+// crossed the size trigger.
+func (s *Scheduler) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the counters.
+func (s *Scheduler) Stats() Stats {
+	return Stats{
+		Seals: s.stats.seals.Load(), EmptySeals: s.stats.empty.Load(), Failures: s.stats.failures.Load(),
+		Objects: s.stats.objects.Load(), SealedBytes: s.stats.bytes.Load(),
+	}
+}
+
+// Close stops the scheduler, cancels the seals in flight and waits for them.
+func (s *Scheduler) Close() {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	for _, e := range s.mu.shards {
+		if e.running {
+			e.cancel()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Scheduler) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		s.evaluate()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+// evaluate starts the seals that are due.
+func (s *Scheduler) evaluate() {
+	now, real := s.opts.Now(), time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type candidate struct {
+		id    string
+		e     *entry
+		bytes uint64
+	}
+	var all []candidate
+	var total uint64
+	for id, e := range s.mu.shards {
+		bytes, oldest := e.t.Unsealed()
+		total += bytes
+		all = append(all, candidate{id, e, bytes})
+		if e.running || e.paused || real.Before(e.notUntil) {
+			continue
+		}
+		var why Trigger
+		switch {
+		case e.deferred:
+			why = TriggerDeferred
+		case bytes >= s.opts.SizeBytes:
+			why = TriggerSize
+		case bytes > 0 && !oldest.IsZero() && now.Sub(oldest) >= s.opts.Age:
+			why = TriggerAge
+		}
+		if why != "" {
+			s.startLocked(id, e, why, bytes)
+		}
+	}
+	// The WAL trigger: the largest shards until the rest is under the threshold.
+	slices.SortFunc(all, func(a, b candidate) int { return cmp.Compare(b.bytes, a.bytes) })
+	for _, c := range all {
+		if total < s.opts.WALBytes {
+			break
+		}
+		total -= c.bytes
+		if !c.e.running && !c.e.paused && !real.Before(c.e.notUntil) && c.bytes > 0 {
+			s.startLocked(c.id, c.e, TriggerWAL, c.bytes)
+		}
+	}
+}
+
+// startLocked runs a seal of e if a slot is free; otherwise the next evaluation
+// tries again.
+func (s *Scheduler) startLocked(id string, e *entry, why Trigger, bytes uint64) {
+	if why != TriggerDeferred && bytes == 0 {
+		return // an empty shard never seals
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return
+	}
+	// The flag is cleared before the seal runs (SPEC SE4): a cut or a failure arms
+	// it again.
+	e.deferred = false
+	if bytes == 0 {
+		<-s.sem
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.running, e.cancel, e.idle = true, cancel, make(chan struct{})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		res, err := e.t.Seal(ctx, s.opts.Budget)
+		cancel()
+		<-s.sem
+		s.finished(e, why, res, err)
+	}()
+}
+
+func (s *Scheduler) finished(e *entry, why Trigger, res Result, err error) {
+	s.mu.Lock()
+	defer func() {
+		e.running = false
+		close(e.idle)
+		s.mu.Unlock()
+		s.Kick()
+	}()
+	if err != nil {
+		s.stats.failures.Add(1)
+		if errors.Is(err, ErrStopped) {
+			return
+		}
+		// Any trigger's failure re-arms the flag (SPEC SE4): the backlog's age may
+		// have restarted at an open, and the retry must not wait for it.
+		e.deferred = true
+		e.backoff = min(max(2*e.backoff, s.opts.BackoffMin), s.opts.BackoffMax)
+		e.notUntil = time.Now().Add(e.backoff)
+		time.AfterFunc(e.backoff, s.Kick)
+		return
+	}
+	e.backoff, e.notUntil = 0, time.Time{}
+	if res.Empty() {
+		s.stats.empty.Add(1)
+		return
+	}
+	s.stats.seals.Add(1)
+	s.stats.objects.Add(uint64(res.Objects))
+	s.stats.bytes.Add(res.RawBytes)
+	if res.Cut {
+		e.deferred = true // SPEC SE2
+	}
+}

@@ -1,0 +1,31 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/wal"
+)
+
+var _ seal.Target = (*Shard)(nil)
+
+// Unsealed implements seal.Target.
+func (s *Shard) Unsealed() (uint64, time.Time) {
+	info := s.cfg.Log.Info(s.id)
+	return info.UnsealedBytes, info.Oldest
+}
+
+// Seal implements seal.Target: it seals the oldest unsealed pages, up to budget
+// record bytes but at least one page.
+func (s *Shard) Seal(ctx context.Context, budget uint64) (seal.Result, error) {
+	res, err := seal.Job{
+		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: s.cfg.Bucket,
+		Dir: s.cfg.PartsDir, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Now: s.cfg.Now,
+	}.Run(ctx, budget)
+	if errors.Is(err, wal.ErrClosed) && !errors.Is(err, seal.ErrStopped) {
+		err = errors.Join(err, seal.ErrStopped)
+	}
+	return res, err
+}

@@ -1,0 +1,108 @@
+package wal
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// SetEpoch makes epoch the shard's owner epoch, durably: from now on only appends
+// and truncations carrying it are taken. An engine sets it before it publishes the
+// epoch as the shard's owner, so that after a crash the log says which owner its
+// pages belong to.
+func (l *Log) SetEpoch(shard string, epoch uint64) error {
+	if err := l.enter(); err != nil {
+		return err
+	}
+	defer l.exit()
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := l.db.Set(epochKey(shard), binary.BigEndian.AppendUint64(nil, epoch), pebble.Sync); err != nil {
+		return fmt.Errorf("wal: set epoch of shard %q: %w", shard, err)
+	}
+	st.mu.epoch = epoch
+	return nil
+}
+
+// Adopt settles the shard's pages against its sealed watermark when an owner opens
+// it, in one synced batch. With keep, the pages are the new owner's backlog: those
+// below sealed were sealed already and go, and the rest stay. Without keep, the
+// pages belong to an ownership another instance has since superseded: all of them
+// go and the shard continues at sealed. Adopt returns how many records it dropped
+// that way: acknowledged here, never sealed by this log's owner, and superseded
+// (stranded). The epoch must be the shard's.
+//
+// A sealed watermark inside a page, or below the floor, means the manifest and the
+// log disagree about what was sealed; that is corruption, and nothing changes.
+func (l *Log) Adopt(shard string, epoch, sealed uint64, keep bool) (stranded uint64, err error) {
+	if err := l.enter(); err != nil {
+		return 0, err
+	}
+	defer l.exit()
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case epoch != st.mu.epoch:
+		return 0, fmt.Errorf("wal: adopt shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	case sealed < st.mu.floor:
+		return 0, &CorruptionError{Shard: shard, Offset: sealed, Reason: fmt.Sprintf(
+			"the manifest's sealed watermark %d is below the log's floor %d: sealed parts are missing from the manifest", sealed, st.mu.floor)}
+	}
+	if keep {
+		return 0, l.adoptLocked(shard, st, sealed)
+	}
+	stranded = st.mu.next - st.mu.floor
+	if sealed < st.acked.Load() {
+		// The acknowledged watermark must never claim more than the log holds: lower
+		// it durably before the log drops below it. (Raising it waits for the log.)
+		st.acked.Store(sealed)
+		if err := l.writeMarksNow(); err != nil {
+			return 0, err
+		}
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(pageKey(shard, 0), pagesEnd(shard), nil); err != nil {
+		return 0, err
+	}
+	if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, sealed), nil); err != nil {
+		return 0, err
+	}
+	if err := l.db.Apply(b, pebble.Sync); err != nil {
+		return 0, fmt.Errorf("wal: adopt shard %q: %w", shard, err)
+	}
+	st.setFloorLocked(sealed)
+	st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = sealed, 0, 0, time.Time{}
+	st.acked.Store(sealed)
+	l.changes.Add(1)
+	return stranded, nil
+}
+
+// adoptLocked keeps the pages at and above sealed and drops the rest.
+func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
+	if sealed >= st.mu.next {
+		// Everything the log holds was sealed, perhaps more (a log that lost its
+		// unsealed tail is refused at open by the watermark, not here).
+		b := l.db.NewBatch()
+		defer b.Close()
+		if err := b.DeleteRange(pageKey(shard, 0), pageKey(shard, sealed), nil); err != nil {
+			return err
+		}
+		if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, sealed), nil); err != nil {
+			return err
+		}
+		if err := l.db.Apply(b, pebble.Sync); err != nil {
+			return fmt.Errorf("wal: adopt shard %q: %w", shard, err)
+		}
+		st.setFloorLocked(sealed)
+		st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = sealed, 0, 0, time.Time{}
+		st.acked.Store(max(st.acked.Load(), sealed))
+		l.changes.Add(1)
+		return nil
+	}
+	return l.truncateLocked(shard, st, sealed)
+}
