@@ -16,7 +16,12 @@ import (
 	"github.com/l0store/l0/substrate/mem"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.Cleanup(func(int) { stopGCS() }),
+		// fake-gcs-server pulls in opencensus, which starts a worker at init.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // buckets holds one in-memory bucket per engine directory, so that reopening a
 // directory finds the manifests it published.

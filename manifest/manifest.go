@@ -35,8 +35,8 @@ var (
 	// ErrOwned reports a shard whose lease another instance holds; errors wrapping it
 	// are *OwnedError.
 	ErrOwned = errors.New("manifest: owned by another instance")
-	// ErrReleased reports use of an Owner after Release.
-	ErrReleased = errors.New("manifest: lease released")
+	// ErrReleased reports use of an Owner after Release; it is also ErrFenced.
+	ErrReleased = fmt.Errorf("%w: lease released", ErrFenced)
 )
 
 // OwnedError says who holds a shard and until when.

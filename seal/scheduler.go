@@ -73,6 +73,7 @@ type Scheduler struct {
 	mu struct {
 		sync.Mutex
 		shards map[string]*entry
+		paused map[string]bool
 	}
 }
 
@@ -81,7 +82,6 @@ type entry struct {
 	t        Target
 	deferred bool      // seal at the next evaluation, whatever the triggers say
 	running  bool      // a seal is in flight
-	paused   bool      // tests and operators: evaluate nothing
 	notUntil time.Time // backoff after a failure, by the real clock
 	backoff  time.Duration
 	cancel   context.CancelFunc // of the seal in flight
@@ -102,6 +102,7 @@ func NewScheduler(opts Options) (*Scheduler, error) {
 		sem:  make(chan struct{}, opts.Concurrency),
 	}
 	s.mu.shards = make(map[string]*entry)
+	s.mu.paused = make(map[string]bool)
 	go s.loop()
 	return s, nil
 }
@@ -133,11 +134,15 @@ func (s *Scheduler) Remove(id string, wait bool) {
 	}
 }
 
-// Pause stops or resumes evaluating shard id; a seal in flight finishes.
+// Pause stops or resumes starting seals of shard id, whether or not it was added
+// yet; a seal in flight finishes. For maintenance, and for tests that need a shard's
+// backlog to stay put.
 func (s *Scheduler) Pause(id string, paused bool) {
 	s.mu.Lock()
-	if e, ok := s.mu.shards[id]; ok {
-		e.paused = paused
+	if paused {
+		s.mu.paused[id] = true
+	} else {
+		delete(s.mu.paused, id)
 	}
 	s.mu.Unlock()
 	s.Kick()
@@ -205,7 +210,7 @@ func (s *Scheduler) evaluate() {
 		bytes, oldest := e.t.Unsealed()
 		total += bytes
 		all = append(all, candidate{id, e, bytes})
-		if e.running || e.paused || real.Before(e.notUntil) {
+		if e.running || s.mu.paused[id] || real.Before(e.notUntil) {
 			continue
 		}
 		var why Trigger
@@ -228,7 +233,7 @@ func (s *Scheduler) evaluate() {
 			break
 		}
 		total -= c.bytes
-		if !c.e.running && !c.e.paused && !real.Before(c.e.notUntil) && c.bytes > 0 {
+		if !c.e.running && !s.mu.paused[c.id] && !real.Before(c.e.notUntil) && c.bytes > 0 {
 			s.startLocked(c.id, c.e, TriggerWAL, c.bytes)
 		}
 	}

@@ -1,0 +1,421 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/option"
+
+	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/gcs"
+	"github.com/l0store/l0/substrate/local"
+	"github.com/l0store/l0/wal"
+)
+
+// The lifecycle tests run against the local-directory substrate and against
+// fake-gcs-server over HTTP (served from this process on a loopback listener).
+var (
+	gcsOnce   sync.Once
+	gcsServer *emulator.GCS
+	gcsErr    error
+	gcsNames  atomic.Int64
+)
+
+// stopGCS is called by TestMain.
+func stopGCS() {
+	if gcsServer != nil {
+		gcsServer.Stop()
+	}
+}
+
+type backend struct {
+	name      string
+	newDriver func(t *testing.T) substrate.Driver
+}
+
+var backends = []backend{
+	{"local", func(t *testing.T) substrate.Driver {
+		d, err := local.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}},
+	{"gcs", func(t *testing.T) substrate.Driver {
+		gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSInProcess() })
+		if gcsErr != nil {
+			t.Fatal(gcsErr)
+		}
+		name := fmt.Sprintf("l0-engine-%d", gcsNames.Add(1))
+		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(gcsServer.Endpoint), option.WithoutAuthentication())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
+			t.Fatal(err)
+		}
+		d, err := gcs.Open(context.Background(), gcs.Config{Bucket: name, Endpoint: gcsServer.Endpoint,
+			ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}},
+}
+
+// forEachBackend runs f once per backend.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// newBucket wraps a driver of b in the fault injector and a Bucket.
+func newBucket(t *testing.T, b backend) (*substrate.Bucket, *fault.Driver) {
+	t.Helper()
+	fd := fault.Wrap(b.newDriver(t), 1)
+	bk, err := substrate.New(fd, substrate.Options{Name: b.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bk.Close() })
+	return bk, fd
+}
+
+// clock is a settable clock.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// quietSealOptions never seal by size, WAL bytes or age on their own.
+func quietSealOptions() seal.Options {
+	return seal.Options{SizeBytes: 1 << 40, WALBytes: 1 << 40, Age: time.Hour, Interval: 20 * time.Millisecond}
+}
+
+// appendBatches appends n batches of 4 records to sh and returns the records.
+func appendBatches(t *testing.T, sh *shard.Shard, n int) [][]byte {
+	t.Helper()
+	var all [][]byte
+	for i := range n {
+		rs := recs(fmt.Sprintf("%s-b%d", sh.ID(), i), 4)
+		if _, err := sh.Append(context.Background(), rs...); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, rs...)
+	}
+	return all
+}
+
+// waitFor polls cond until it holds or the liveness bound passes.
+func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > bound {
+			t.Fatalf("%s: not within %s", what, bound)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+type sealCounts struct{ seals, empty, failures, objects uint64 }
+
+func counts(e *Engine) sealCounts {
+	m := e.Metrics()
+	return sealCounts{m.Seals, m.EmptySeals, m.SealFailures, m.Objects}
+}
+
+// readBackFromParts checks that sh holds exactly want, all of it in parts.
+func readBackFromParts(t *testing.T, sh *shard.Shard, want [][]byte) {
+	t.Helper()
+	if info := sh.Info(); info.Sealed != uint64(len(want)) || info.UnsealedBytes != 0 {
+		t.Fatalf("sealed through %d with %d bytes unsealed, want %d records all sealed", info.Sealed, info.UnsealedBytes, len(want))
+	}
+	if got := readAll(t, sh, 0); !equal(got, want) {
+		t.Fatalf("read back %d records, want the %d acknowledged", len(got), len(want))
+	}
+}
+
+func TestAnOpenSealsThePagesTheEngineBeforeItLeftUnsealed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		bucket, _ := newBucket(t, b)
+		opts := Options{Dir: dir, Bucket: bucket, Seal: quietSealOptions()}
+		e := open(t, opts)
+		sh := openShard(t, e, "orders-7")
+		want := appendBatches(t, sh, 10)
+		if err := sh.Retire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		e = open(t, opts)
+		sh = openShard(t, e, "orders-7")
+		took := waitFor(t, 5*time.Second, "the inherited pages sealed", func() bool { return sh.Info().UnsealedBytes == 0 })
+		t.Logf("%s: inherited backlog sealed %s after the open", b.name, took)
+		if c := counts(e); c != (sealCounts{seals: 1, objects: 1}) {
+			t.Fatalf("counters %+v, want seals 1, empty 0, failures 0, objects 1", c)
+		}
+		readBackFromParts(t, sh, want)
+	})
+}
+
+func TestAFailedInheritedSealIsRetriedAtItsBackoff(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		bucket, fd := newBucket(t, b)
+		opts := Options{Dir: dir, Bucket: bucket, Seal: quietSealOptions()}
+		opts.Seal.BackoffMin = 500 * time.Millisecond
+		e := open(t, opts)
+		sh := openShard(t, e, "orders-7")
+		want := appendBatches(t, sh, 10)
+		sh.Retire(ctx)
+		e.Close()
+
+		fd.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "/parts/", Nth: 1, Err: errors.New("injected: object put failed")})
+		putsBefore := bucket.Stats().Total(substrate.OpPutIfAbsent)
+		e = open(t, opts)
+		sh = openShard(t, e, "orders-7")
+		took := waitFor(t, 3*time.Second, "the inherited pages sealed after a failed first seal", func() bool { return sh.Info().UnsealedBytes == 0 })
+		t.Logf("%s: sealed %s after the open, the first attempt having failed", b.name, took)
+		if c := counts(e); c != (sealCounts{seals: 1, failures: 1, objects: 1}) {
+			t.Fatalf("counters %+v, want seals 1, empty 0, failures 1, objects 1", c)
+		}
+		if took < opts.Seal.BackoffMin {
+			t.Fatalf("retried after %s, before the %s backoff", took, opts.Seal.BackoffMin)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if puts := bucket.Stats().Total(substrate.OpPutIfAbsent) - putsBefore; puts != 2 {
+			t.Fatalf("%d part puts, want 2: the failed one and its retry", puts)
+		}
+		readBackFromParts(t, sh, want)
+	})
+}
+
+func TestAnOpenWithNothingUnsealedSealsNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		bucket, _ := newBucket(t, b)
+		opts := Options{Dir: dir, Bucket: bucket, Seal: quietSealOptions()}
+		e := open(t, opts)
+		sh := openShard(t, e, "orders-7")
+		want := appendBatches(t, sh, 5)
+		if err := sh.Close(ctx); err != nil { // cooperative: seals the tail
+			t.Fatal(err)
+		}
+		e.Close()
+
+		putsBefore := bucket.Stats().Total(substrate.OpPutIfAbsent)
+		e = open(t, opts)
+		sh = openShard(t, e, "orders-7")
+		time.Sleep(time.Second)
+		if c := counts(e); c != (sealCounts{}) {
+			t.Fatalf("counters %+v a second after the open, want 0/0/0/0", c)
+		}
+		if puts := bucket.Stats().Total(substrate.OpPutIfAbsent) - putsBefore; puts != 0 {
+			t.Fatalf("%d object puts after an open with nothing unsealed", puts)
+		}
+		readBackFromParts(t, sh, want)
+	})
+}
+
+func TestAnEmptyShardNeverSeals(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		bucket, _ := newBucket(t, b)
+		opts := Options{Dir: t.TempDir(), Bucket: bucket, Seal: seal.Options{SizeBytes: 1, WALBytes: 1, Age: time.Nanosecond, Interval: 5 * time.Millisecond}}
+		e := open(t, opts)
+		openShard(t, e, "idle")
+		putsBefore := bucket.Stats().Total(substrate.OpPutIfAbsent)
+		time.Sleep(300 * time.Millisecond)
+		if c := counts(e); c != (sealCounts{}) {
+			t.Fatalf("counters %+v for a shard that never had a record", c)
+		}
+		if puts := bucket.Stats().Total(substrate.OpPutIfAbsent) - putsBefore; puts != 0 {
+			t.Fatalf("%d object puts for an empty shard", puts)
+		}
+	})
+}
+
+func TestAgeTriggerRunsFromTheOldestUnsealedRecord(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clk := newClock()
+		bucket, _ := newBucket(t, b)
+		opts := Options{Dir: t.TempDir(), Bucket: bucket, Now: clk.Now, Seal: quietSealOptions()}
+		opts.Seal.Age = 10 * time.Minute
+		opts.Lease.Duration = 48 * time.Hour // the clock jumps; the lease must not lapse
+		e := open(t, opts)
+		sh := openShard(t, e, "s")
+		want := appendBatches(t, sh, 1)
+		clk.Advance(6 * time.Minute)
+		want = append(want, appendBatches(t, sh, 1)...) // newer records do not restart the age
+		clk.Advance(3 * time.Minute)                    // oldest 9 min old: not yet
+		time.Sleep(100 * time.Millisecond)
+		if c := counts(e); c.seals != 0 {
+			t.Fatalf("sealed when the oldest record was 9 min old: %+v", c)
+		}
+		clk.Advance(90 * time.Second) // oldest 10.5 min, newest 4.5 min
+		waitFor(t, 5*time.Second, "the age seal", func() bool { return sh.Info().UnsealedBytes == 0 })
+		if c := counts(e); c != (sealCounts{seals: 1, objects: 1}) {
+			t.Fatalf("counters %+v, want one seal", c)
+		}
+		readBackFromParts(t, sh, want)
+	})
+}
+
+func TestABudgetCutSealRearmsTheDeferredFlag(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		bucket, _ := newBucket(t, b)
+		opts := Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()}
+		// 10 batches of 4 records of 25 bytes: 1000 bytes cross the size trigger once;
+		// a budget of 200 bytes seals two batches at a time, and after the first seal
+		// the 800 left are under the size trigger: only the re-armed flag seals them.
+		opts.Seal.SizeBytes = 900
+		opts.Seal.Budget = 200
+		e := open(t, opts)
+		sh := openShard(t, e, "s")
+		e.sealer.Pause("s", true)
+		var want [][]byte
+		for i := range 10 {
+			var rs [][]byte
+			for j := range 4 {
+				rs = append(rs, fmt.Appendf(nil, "%-25s", fmt.Sprint(i, "-", j)))
+			}
+			if _, err := sh.Append(context.Background(), rs...); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, rs...)
+		}
+		e.sealer.Pause("s", false)
+		waitFor(t, 5*time.Second, "every page sealed, seal after seal", func() bool { return sh.Info().UnsealedBytes == 0 })
+		if c := counts(e); c != (sealCounts{seals: 5, objects: 5}) {
+			t.Fatalf("counters %+v: want 5 seals of two batches, one object each", c)
+		}
+		if parts := len(sh.Manifest().Parts); parts != 5 {
+			t.Fatalf("%d parts for 5 seals", parts)
+		}
+		readBackFromParts(t, sh, want)
+	})
+}
+
+// TestAFencedOwnerAcknowledgesNothing: two engines on separate directories share
+// the authority bucket; the first owner's lease lapses and the second takes the
+// shard over. From then on the first acknowledges nothing and cannot commit a seal.
+func TestAFencedOwnerAcknowledgesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := newClock()
+		bucket, _ := newBucket(t, b)
+		opts := Options{Bucket: bucket, Now: clk.Now, Seal: quietSealOptions()}
+		opts.Dir = t.TempDir()
+		ea := open(t, opts)
+		opts.Dir = t.TempDir()
+		eb := open(t, opts)
+
+		a := openShard(t, ea, "orders-7")
+		appendBatches(t, a, 3)
+		if _, err := eb.OpenShard(ctx, "orders-7"); !errors.Is(err, ErrOwned) {
+			t.Fatalf("B opened a shard A holds: %v", err)
+		}
+		clk.Advance(ea.opts.Lease.Duration + ea.opts.Lease.SkewMargin + time.Second)
+		bsh := openShard(t, eb, "orders-7")
+		if bsh.Info().Epoch <= a.Info().Epoch {
+			t.Fatalf("B's epoch %d does not follow A's %d", bsh.Info().Epoch, a.Info().Epoch)
+		}
+
+		for i := range 100 {
+			if _, err := a.Append(ctx, []byte(fmt.Sprint("late ", i))); !errors.Is(err, ErrFenced) {
+				t.Fatalf("append %d through the fenced owner: %v, want ErrFenced", i, err)
+			}
+		}
+		if _, err := a.Seal(ctx, 1<<20); !errors.Is(err, ErrFenced) {
+			t.Fatalf("the fenced owner's late seal: %v, want ErrFenced", err)
+		}
+		m, _, err := manifest.NewStore(bucket).Load(ctx, "orders-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Parts) != 0 || m.Owner != eb.Instance() || m.Epoch != bsh.Info().Epoch {
+			t.Fatalf("manifest after the fenced seal: %+v", m)
+		}
+		if got := ea.Metrics().AppendErrors[reasonFenced]; got != 100 {
+			t.Fatalf("%d fenced appends counted, want 100", got)
+		}
+		// B's shard is its own: it appends at the sealed watermark, 0.
+		if first, err := bsh.Append(ctx, []byte("b")); err != nil || first != 0 {
+			t.Fatalf("B's first append: %d, %v", first, err)
+		}
+	})
+}
+
+// TestOwnershipHandoffMovesBacklogWithoutABA: within one engine a shard is retired
+// while its seal is in flight and opened again; the old owner's late seal and late
+// truncation cannot change the new owner's backlog. The new owner's sealer is paused
+// while the old one cleans up, so it does not seal the backlog first.
+func TestOwnershipHandoffMovesBacklogWithoutABA(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		bucket, fd := newBucket(t, b)
+		e := open(t, Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()})
+		old := openShard(t, e, "orders-7")
+		want := appendBatches(t, old, 8)
+		oldEpoch := old.Info().Epoch
+
+		// The old owner's seal stalls at its object put.
+		fd.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: regexp.QuoteMeta("/parts/"), Latency: 500 * time.Millisecond})
+		lateSeal := make(chan error, 1)
+		go func() {
+			_, err := old.Seal(context.Background(), 1<<20)
+			lateSeal <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the seal is in its put
+		if err := old.Retire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.sealer.Pause("orders-7", true)
+		sh := openShard(t, e, "orders-7")
+		before := sh.Info()
+		if before.UnsealedBytes == 0 || before.Next != uint64(len(want)) {
+			t.Fatalf("the new owner did not inherit the backlog: %+v", before)
+		}
+
+		if err := <-lateSeal; !errors.Is(err, ErrFenced) {
+			t.Fatalf("the old owner's late seal: %v, want ErrFenced", err)
+		}
+		if err := e.log.TruncateThrough("orders-7", oldEpoch, before.Next); !errors.Is(err, wal.ErrStaleEpoch) {
+			t.Fatalf("the old owner's late truncation: %v, want ErrStaleEpoch", err)
+		}
+		if after := sh.Info(); after != before || len(sh.Manifest().Parts) != 0 {
+			t.Fatalf("the new owner's backlog changed under it: %+v, then %+v, %d parts", before, after, len(sh.Manifest().Parts))
+		}
+
+		fd.SetRules()
+		e.sealer.Pause("orders-7", false)
+		waitFor(t, 5*time.Second, "the new owner seals the backlog", func() bool { return sh.Info().UnsealedBytes == 0 })
+		readBackFromParts(t, sh, want)
+	})
+}
