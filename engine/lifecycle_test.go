@@ -125,6 +125,12 @@ func appendBatches(t *testing.T, sh *shard.Shard, n int) [][]byte {
 	return all
 }
 
+// sealed reports whether sh holds nothing unsealed and e counted n seals: a seal
+// truncates the WAL before the scheduler counts it.
+func sealed(e *Engine, sh *shard.Shard, n uint64) func() bool {
+	return func() bool { return sh.Info().UnsealedBytes == 0 && counts(e).seals >= n }
+}
+
 // waitFor polls cond until it holds or the liveness bound passes.
 func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
@@ -174,7 +180,7 @@ func TestAnOpenSealsThePagesTheEngineBeforeItLeftUnsealed(t *testing.T) {
 
 		e = open(t, opts)
 		sh = openShard(t, e, "orders-7")
-		took := waitFor(t, 5*time.Second, "the inherited pages sealed", func() bool { return sh.Info().UnsealedBytes == 0 })
+		took := waitFor(t, 5*time.Second, "the inherited pages sealed", sealed(e, sh, 1))
 		t.Logf("%s: inherited backlog sealed %s after the open", b.name, took)
 		if c := counts(e); c != (sealCounts{seals: 1, objects: 1}) {
 			t.Fatalf("counters %+v, want seals 1, empty 0, failures 0, objects 1", c)
@@ -200,7 +206,7 @@ func TestAFailedInheritedSealIsRetriedAtItsBackoff(t *testing.T) {
 		putsBefore := bucket.Stats().Total(substrate.OpPutIfAbsent)
 		e = open(t, opts)
 		sh = openShard(t, e, "orders-7")
-		took := waitFor(t, 3*time.Second, "the inherited pages sealed after a failed first seal", func() bool { return sh.Info().UnsealedBytes == 0 })
+		took := waitFor(t, 3*time.Second, "the inherited pages sealed after a failed first seal", sealed(e, sh, 1))
 		t.Logf("%s: sealed %s after the open, the first attempt having failed", b.name, took)
 		if c := counts(e); c != (sealCounts{seals: 1, failures: 1, objects: 1}) {
 			t.Fatalf("counters %+v, want seals 1, empty 0, failures 1, objects 1", c)
@@ -279,7 +285,7 @@ func TestAgeTriggerRunsFromTheOldestUnsealedRecord(t *testing.T) {
 			t.Fatalf("sealed when the oldest record was 9 min old: %+v", c)
 		}
 		clk.Advance(90 * time.Second) // oldest 10.5 min, newest 4.5 min
-		waitFor(t, 5*time.Second, "the age seal", func() bool { return sh.Info().UnsealedBytes == 0 })
+		waitFor(t, 5*time.Second, "the age seal", sealed(e, sh, 1))
 		if c := counts(e); c != (sealCounts{seals: 1, objects: 1}) {
 			t.Fatalf("counters %+v, want one seal", c)
 		}
@@ -311,7 +317,7 @@ func TestABudgetCutSealRearmsTheDeferredFlag(t *testing.T) {
 			want = append(want, rs...)
 		}
 		e.sealer.Pause("s", false)
-		waitFor(t, 5*time.Second, "every page sealed, seal after seal", func() bool { return sh.Info().UnsealedBytes == 0 })
+		waitFor(t, 5*time.Second, "every page sealed, seal after seal", sealed(e, sh, 5))
 		if c := counts(e); c != (sealCounts{seals: 5, objects: 5}) {
 			t.Fatalf("counters %+v: want 5 seals of two batches, one object each", c)
 		}
@@ -415,7 +421,7 @@ func TestOwnershipHandoffMovesBacklogWithoutABA(t *testing.T) {
 
 		fd.SetRules()
 		e.sealer.Pause("orders-7", false)
-		waitFor(t, 5*time.Second, "the new owner seals the backlog", func() bool { return sh.Info().UnsealedBytes == 0 })
+		waitFor(t, 5*time.Second, "the new owner seals the backlog", sealed(e, sh, 1))
 		readBackFromParts(t, sh, want)
 	})
 }
