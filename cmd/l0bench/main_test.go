@@ -13,7 +13,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// fake-gcs-server pulls in opencensus, which starts a worker at init.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount runs the
 // scenario briefly: every contender appended, and each result line carries figures,
@@ -40,7 +43,11 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 	defer f.Close()
 	var lines int
 	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
-		var l resultLine
+		var l struct {
+			resultLine
+			Figures   figures            `json:"figures"`
+			Baselines map[string]figures `json:"baselines"`
+		}
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
@@ -58,5 +65,44 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 	}
 	if lines != 2 {
 		t.Fatalf("%d result lines, want one per shard count", lines)
+	}
+}
+
+// TestTheSealScenariosReportTheirFiguresBesideTheirBaselines runs seal and
+// inherited-seal on small backlogs.
+func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
+	results := filepath.Join(t.TempDir(), "results.jsonl")
+	cfg := config{scenarios: []string{"seal", "inherited-seal"}, dir: t.TempDir(), results: results, rounds: 1, sealMB: 0.5, inheritedMB: 0.2}
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target: sealed within 500ms"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+	data, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scenarios []string
+	for line := range strings.Lines(string(data)) {
+		var l resultLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Ratios) == 0 || l.Baselines == nil {
+			t.Fatalf("%s: no baseline or ratio: %s", l.Scenario, line)
+		}
+		for k, v := range l.Ratios {
+			if v <= 0 {
+				t.Fatalf("%s: ratio %s = %v", l.Scenario, k, v)
+			}
+		}
+		scenarios = append(scenarios, l.Scenario)
+	}
+	if strings.Join(scenarios, ",") != "seal,inherited-seal" {
+		t.Fatalf("result lines for %v", scenarios)
 	}
 }

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/api/option"
+
+	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/gcs"
+	"github.com/l0store/l0/substrate/local"
+)
+
+// events returns n synthetic JSON events of about size bytes: the kind of record an
+// event log holds, compressible about as real ones are.
+func events(n, size int, seed uint64) [][]byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	kinds := []string{"order.created", "order.paid", "order.shipped", "cart.updated", "user.login"}
+	out := make([][]byte, n)
+	for i := range out {
+		b := fmt.Appendf(nil, `{"id":%d,"kind":%q,"user":"u%05d","amount":%d.%02d,"ts":%d,"tags":[`,
+			i, kinds[rng.IntN(len(kinds))], rng.IntN(50000), rng.IntN(1000), rng.IntN(100), 1764400000000+int64(i)*7)
+		for len(b) < size-20 {
+			b = fmt.Appendf(b, `"t%d",`, rng.IntN(300))
+		}
+		out[i] = append(b, `"end"]}`...)
+	}
+	return out
+}
+
+// localBucket opens a local-directory bucket at dir.
+func localBucket(dir string) (*substrate.Bucket, error) {
+	d, err := local.New(dir)
+	if err != nil {
+		return nil, err
+	}
+	return substrate.New(d, substrate.Options{Name: "local"})
+}
+
+// gcsTarget is the GCS emulator the scenarios write to: fake-gcs-server in this
+// process, or the one STORAGE_EMULATOR_HOST names.
+type gcsTarget struct {
+	endpoint string
+	stop     func()
+	buckets  atomic.Int64
+}
+
+func startGCS() (*gcsTarget, error) {
+	if host := os.Getenv("STORAGE_EMULATOR_HOST"); host != "" {
+		return &gcsTarget{endpoint: "http://" + host + "/storage/v1/", stop: func() {}}, nil
+	}
+	srv, err := emulator.StartGCSInProcess()
+	if err != nil {
+		return nil, err
+	}
+	return &gcsTarget{endpoint: srv.Endpoint, stop: func() { srv.Stop() }}, nil
+}
+
+// newBucket creates a fresh bucket on the emulator.
+func (g *gcsTarget) newBucket(ctx context.Context) (*substrate.Bucket, error) {
+	name := fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1))
+	admin, err := storage.NewClient(ctx, option.WithEndpoint(g.endpoint), option.WithoutAuthentication())
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	if err := admin.Bucket(name).Create(ctx, "l0bench", nil); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	d, err := gcs.Open(ctx, gcs.Config{Bucket: name, Endpoint: g.endpoint, ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+	if err != nil {
+		return nil, err
+	}
+	return substrate.New(d, substrate.Options{Name: "gcs"})
+}
+
+// quietSeal never seals on its own: the scenarios decide when.
+func quietSeal() seal.Options {
+	return seal.Options{SizeBytes: 1 << 40, WALBytes: 1 << 40, Age: time.Hour}
+}
+
+// backlog opens an engine in dir on bucket and appends recs to shard id in batches
+// of 16.
+func backlog(ctx context.Context, dir string, bucket *substrate.Bucket, id string, recs [][]byte) (*engine.Engine, *shard.Shard, error) {
+	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal()})
+	if err != nil {
+		return nil, nil, err
+	}
+	sh, err := e.OpenShard(ctx, id)
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	for i := 0; i < len(recs); i += 16 {
+		if _, err := sh.Append(ctx, recs[i:min(i+16, len(recs))]...); err != nil {
+			e.Close()
+			return nil, nil, err
+		}
+	}
+	return e, sh, nil
+}
+
+// runSeal times one seal of recs, appended first, into a part on a local-directory
+// bucket.
+func runSeal(ctx context.Context, dir string, recs [][]byte) (time.Duration, error) {
+	bucket, err := localBucket(filepath.Join(dir, "bucket"))
+	if err != nil {
+		return 0, err
+	}
+	defer bucket.Close()
+	e, sh, err := backlog(ctx, filepath.Join(dir, "engine"), bucket, "seal", recs)
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	start := time.Now()
+	res, err := sh.Seal(ctx, 1<<40)
+	took := time.Since(start)
+	if err == nil && res.Records != uint64(len(recs)) {
+		err = fmt.Errorf("sealed %d records of %d", res.Records, len(recs))
+	}
+	return took, err
+}
+
+// runZstd times compressing recs as the part writer lays them out, in blocks of
+// part.DefaultBlockSize at the level seals use, on one core.
+func runZstd(enc *zstd.Encoder, recs [][]byte) time.Duration {
+	var block, out []byte
+	start := time.Now()
+	for _, r := range recs {
+		block = append(block, r...)
+		if len(block) >= part.DefaultBlockSize {
+			out = enc.EncodeAll(block, out[:0])
+			block = block[:0]
+		}
+	}
+	if len(block) > 0 {
+		enc.EncodeAll(block, out[:0])
+	}
+	return time.Since(start)
+}
+
+// runInherited leaves a backlog of recs unsealed (Retire, then close the engine),
+// opens a new engine on the same directory and times the open of the shard until
+// its backlog is sealed; and, as the baseline, times a direct seal of the same
+// backlog.
+func runInherited(ctx context.Context, dir string, g *gcsTarget, recs [][]byte) (open, direct time.Duration, err error) {
+	bucket, err := g.newBucket(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer bucket.Close()
+	e, sh, err := backlog(ctx, dir, bucket, "moved", recs)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := sh.Retire(ctx); err != nil {
+		return 0, 0, err
+	}
+	if err := e.Close(); err != nil {
+		return 0, 0, err
+	}
+	e, err = engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal()})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer e.Close()
+	start := time.Now()
+	sh, err = e.OpenShard(ctx, "moved")
+	if err != nil {
+		return 0, 0, err
+	}
+	for sh.Info().UnsealedBytes > 0 {
+		if time.Since(start) > time.Minute {
+			return 0, 0, fmt.Errorf("the inherited backlog was not sealed within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	open = time.Since(start)
+
+	e2, sh2, err := backlog(ctx, filepath.Join(dir, "direct"), bucket, "direct", recs)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer e2.Close()
+	start = time.Now()
+	_, err = sh2.Seal(ctx, 1<<40)
+	return open, time.Since(start), err
+}
