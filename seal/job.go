@@ -109,7 +109,7 @@ func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, i
 	w := part.NewWriter(f, j.Shard, from, part.Options{BlockSize: j.BlockSize, Encoder: j.Encoder})
 	var bytes uint64
 	var pages int
-	for page, err := range j.Log.Pages(j.Shard, from) {
+	for page, err := range j.Log.PagesAliased(j.Shard, from) { // Add copies each record
 		if err == nil {
 			err = ctx.Err()
 		}

@@ -396,6 +396,16 @@ func (l *Log) Shards() []string {
 // order. Records alias nothing the Log reuses. A from before the shard's floor is
 // ErrTruncated; a from at or past its next offset yields nothing.
 func (l *Log) Pages(shard string, from uint64) iter.Seq2[Page, error] {
+	return l.pages(shard, from, true)
+}
+
+// PagesAliased is Pages without copying: a page's records are valid only until the
+// iteration moves on. For readers that copy what they keep, such as a seal.
+func (l *Log) PagesAliased(shard string, from uint64) iter.Seq2[Page, error] {
+	return l.pages(shard, from, false)
+}
+
+func (l *Log) pages(shard string, from uint64, clone bool) iter.Seq2[Page, error] {
 	return func(yield func(Page, error) bool) {
 		if err := l.enter(); err != nil {
 			yield(Page{}, err)
@@ -406,12 +416,12 @@ func (l *Log) Pages(shard string, from uint64) iter.Seq2[Page, error] {
 			yield(Page{}, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, info.Floor, ErrTruncated))
 			return
 		}
-		l.scan(shard, from)(yield)
+		l.scan(shard, from, clone)(yield)
 	}
 }
 
-// scan is Pages without the checks, for callers that hold the shard's lock.
-func (l *Log) scan(shard string, from uint64) iter.Seq2[Page, error] {
+// scan is Pages without the checks; with clone, the pages' records are copies.
+func (l *Log) scan(shard string, from uint64, clone bool) iter.Seq2[Page, error] {
 	return func(yield func(Page, error) bool) {
 		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pagesEnd(shard)})
 		if err != nil {
@@ -432,7 +442,11 @@ func (l *Log) scan(shard string, from uint64) iter.Seq2[Page, error] {
 				yield(Page{}, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt))
 				return
 			}
-			p, err := decodePage(shard, first, slices.Clone(it.Value()))
+			v := it.Value()
+			if clone {
+				v = slices.Clone(v)
+			}
+			p, err := decodePage(shard, first, v)
 			if err != nil {
 				yield(Page{}, err)
 				return

@@ -46,6 +46,7 @@ type Writer struct {
 	pos   int64
 	raw   []byte // the block being filled
 	n     uint32 // records in it
+	buf   []byte // its compressed form, reused
 	index []blockEntry
 	err   error // sticky
 }
@@ -99,7 +100,8 @@ func (pw *Writer) flush() {
 		pw.err = errors.New("part: too many blocks")
 		return
 	}
-	stored := pw.opts.Encoder.EncodeAll(pw.raw, nil)
+	stored := pw.opts.Encoder.EncodeAll(pw.raw, pw.buf[:0])
+	pw.buf = stored
 	pw.index = append(pw.index, blockEntry{
 		first:   pw.info.Next() - uint64(pw.n),
 		records: pw.n,
