@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -423,5 +424,67 @@ func TestOwnershipHandoffMovesBacklogWithoutABA(t *testing.T) {
 		e.sealer.Pause("orders-7", false)
 		waitFor(t, 5*time.Second, "the new owner seals the backlog", sealed(e, sh, 1))
 		readBackFromParts(t, sh, want)
+	})
+}
+
+// TestAPartThatCannotBeReadFailsTheWholeRead: a part that is missing or damaged on
+// the bucket ends the read with an error naming it, never a shorter history.
+func TestAPartThatCannotBeReadFailsTheWholeRead(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		bucket, _ := newBucket(t, b)
+		e := open(t, Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()})
+		sh := openShard(t, e, "s")
+		for range 2 {
+			appendBatches(t, sh, 3)
+			if _, err := sh.Seal(ctx, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		appendBatches(t, sh, 1) // and a tail in the WAL
+		parts := sh.Manifest().Parts
+		if len(parts) != 2 {
+			t.Fatalf("%d parts, want 2", len(parts))
+		}
+		for _, c := range []struct {
+			name   string
+			damage func(key string)
+		}{
+			{"damaged", func(key string) {
+				data, _, err := bucket.Get(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data[len(data)/2] ^= 0xff
+				if _, err := bucket.PutBytes(ctx, key, data); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"missing", func(key string) {
+				if err := bucket.Delete(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		} {
+			name := c.name
+			t.Run(name, func(t *testing.T) {
+				c.damage(parts[1].Key)
+				var n int
+				var readErr error
+				for _, err := range sh.Read(ctx, 0) {
+					if err != nil {
+						readErr = err
+						break
+					}
+					n++
+				}
+				if readErr == nil || !strings.Contains(readErr.Error(), parts[1].Key) {
+					t.Fatalf("read of a %s part: %d records and %v, want an error naming %s", name, n, readErr, parts[1].Key)
+				}
+				if n > int(parts[0].Count) {
+					t.Fatalf("%d records read past the unreadable part", n)
+				}
+			})
+		}
 	})
 }
