@@ -16,6 +16,9 @@
 //	floor key:  'f' | shard id        value: uint64 BE, the offset the shard's pages
 //	                                   start at after a truncation (the sealed watermark)
 //
+//	epoch key:  'o' | shard id        value: uint64 BE, the owner epoch appends and
+//	                                   truncations must carry (set at each open)
+//
 //	l0-acked:   a file beside pebble's, the acknowledged watermark: per shard the floor
 //	            and the end of the acknowledged records, rewritten atomically at most
 //	            every Options.AckedInterval and at Close (format in acked.go). Open
