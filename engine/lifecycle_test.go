@@ -145,6 +145,22 @@ func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) t
 	return time.Since(start)
 }
 
+// leaveUnsealed appends 10 batches to shard id of an engine on opts, retires the
+// shard (a lag move: nothing sealed) and closes the engine; it returns the records.
+func leaveUnsealed(t *testing.T, opts Options, id string) [][]byte {
+	t.Helper()
+	e := open(t, opts)
+	sh := openShard(t, e, id)
+	want := appendBatches(t, sh, 10)
+	if err := sh.Retire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
 type sealCounts struct{ seals, empty, failures, objects uint64 }
 
 func counts(e *Engine) sealCounts {
@@ -165,22 +181,12 @@ func readBackFromParts(t *testing.T, sh *shard.Shard, want [][]byte) {
 
 func TestAnOpenSealsThePagesTheEngineBeforeItLeftUnsealed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		dir := t.TempDir()
 		bucket, _ := newBucket(t, b)
-		opts := Options{Dir: dir, Bucket: bucket, Seal: quietSealOptions()}
+		opts := Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()}
+		want := leaveUnsealed(t, opts, "orders-7")
+
 		e := open(t, opts)
 		sh := openShard(t, e, "orders-7")
-		want := appendBatches(t, sh, 10)
-		if err := sh.Retire(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Close(); err != nil {
-			t.Fatal(err)
-		}
-
-		e = open(t, opts)
-		sh = openShard(t, e, "orders-7")
 		took := waitFor(t, 5*time.Second, "the inherited pages sealed", sealed(e, sh, 1))
 		t.Logf("%s: inherited backlog sealed %s after the open", b.name, took)
 		if c := counts(e); c != (sealCounts{seals: 1, objects: 1}) {
@@ -192,21 +198,15 @@ func TestAnOpenSealsThePagesTheEngineBeforeItLeftUnsealed(t *testing.T) {
 
 func TestAFailedInheritedSealIsRetriedAtItsBackoff(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		dir := t.TempDir()
 		bucket, fd := newBucket(t, b)
-		opts := Options{Dir: dir, Bucket: bucket, Seal: quietSealOptions()}
+		opts := Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()}
 		opts.Seal.BackoffMin = 500 * time.Millisecond
-		e := open(t, opts)
-		sh := openShard(t, e, "orders-7")
-		want := appendBatches(t, sh, 10)
-		sh.Retire(ctx)
-		e.Close()
+		want := leaveUnsealed(t, opts, "orders-7")
 
 		fd.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "/parts/", Nth: 1, Err: errors.New("injected: object put failed")})
 		putsBefore := bucket.Stats().Total(substrate.OpPutIfAbsent)
-		e = open(t, opts)
-		sh = openShard(t, e, "orders-7")
+		e := open(t, opts)
+		sh := openShard(t, e, "orders-7")
 		took := waitFor(t, 3*time.Second, "the inherited pages sealed after a failed first seal", sealed(e, sh, 1))
 		t.Logf("%s: sealed %s after the open, the first attempt having failed", b.name, took)
 		if c := counts(e); c != (sealCounts{seals: 1, failures: 1, objects: 1}) {

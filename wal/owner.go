@@ -64,16 +64,8 @@ func (l *Log) Adopt(shard string, epoch, sealed uint64, keep bool) (stranded uin
 			return 0, err
 		}
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := b.DeleteRange(pageKey(shard, 0), pagesEnd(shard), nil); err != nil {
+	if err := l.dropPages(shard, pagesEnd(shard), sealed); err != nil {
 		return 0, err
-	}
-	if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, sealed), nil); err != nil {
-		return 0, err
-	}
-	if err := l.db.Apply(b, pebble.Sync); err != nil {
-		return 0, fmt.Errorf("wal: adopt shard %q: %w", shard, err)
 	}
 	st.setFloorLocked(sealed)
 	st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = sealed, 0, 0, time.Time{}
@@ -87,16 +79,8 @@ func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 	if sealed >= st.mu.next {
 		// Everything the log holds was sealed, perhaps more (a log that lost its
 		// unsealed tail is refused at open by the watermark, not here).
-		b := l.db.NewBatch()
-		defer b.Close()
-		if err := b.DeleteRange(pageKey(shard, 0), pageKey(shard, sealed), nil); err != nil {
+		if err := l.dropPages(shard, pageKey(shard, sealed), sealed); err != nil {
 			return err
-		}
-		if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, sealed), nil); err != nil {
-			return err
-		}
-		if err := l.db.Apply(b, pebble.Sync); err != nil {
-			return fmt.Errorf("wal: adopt shard %q: %w", shard, err)
 		}
 		st.setFloorLocked(sealed)
 		st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = sealed, 0, 0, time.Time{}
@@ -105,4 +89,21 @@ func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 		return nil
 	}
 	return l.truncateLocked(shard, st, sealed)
+}
+
+// dropPages deletes the shard's page keys below end and sets its floor, durably, in
+// one batch: a crash leaves the pages and floor before or after, never a mix.
+func (l *Log) dropPages(shard string, end []byte, floor uint64) error {
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(pageKey(shard, 0), end, nil); err != nil {
+		return err
+	}
+	if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, floor), nil); err != nil {
+		return err
+	}
+	if err := l.db.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: shard %q: drop pages below the floor %d: %w", shard, floor, err)
+	}
+	return nil
 }

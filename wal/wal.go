@@ -532,16 +532,8 @@ func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 		}
 		oldest = h.appendedAt
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := b.DeleteRange(pageKey(shard, 0), pageKey(shard, next), nil); err != nil {
+	if err := l.dropPages(shard, pageKey(shard, next), next); err != nil {
 		return err
-	}
-	if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, next), nil); err != nil {
-		return err
-	}
-	if err := l.db.Apply(b, pebble.Sync); err != nil {
-		return fmt.Errorf("wal: truncate shard %q: %w", shard, err)
 	}
 	st.setFloorLocked(next)
 	st.mu.pages, st.mu.payload, st.mu.oldest = pages, payload, oldest
