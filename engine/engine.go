@@ -333,13 +333,14 @@ func (e *Engine) Close() error {
 	e.mu.closed = true
 	e.mu.Unlock()
 
+	// One deadline for all: after a lease's duration the leases have run out anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease.Duration)
+	defer cancel()
 	var errs []error
 	for _, sh := range e.openShards() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease.Duration)
 		if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
 			errs = append(errs, err)
 		}
-		cancel()
 	}
 	close(e.stop)
 	<-e.done

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/l0store/l0/substrate"
@@ -50,20 +51,29 @@ func (o *LeaseOptions) Validate() error {
 }
 
 // Owner is this instance's lease on one shard, and the only writer of its manifest
-// while the lease holds. It is safe for concurrent use; its writes are serialized.
+// while the lease holds. It is safe for concurrent use; its writes are serialized,
+// and Valid, Manifest and Sealed never wait for one: they read what the last write
+// published.
 type Owner struct {
 	store    *Store
 	instance string
+	epoch    uint64
 	opts     LeaseOptions
 
+	published atomic.Pointer[Manifest] // as last published; never modified
+	validity  atomic.Pointer[validity]
+
 	mu struct {
-		sync.Mutex
-		m          Manifest
+		sync.Mutex // held across a publish
 		ver        substrate.Version
-		validUntil time.Time // acknowledge only before this, by our clock
-		err        error     // sticky: fenced or released
-		copyErrs   int       // failed copy writes, for the caller's metrics
+		copyErrs   int // failed copy writes, for the caller's metrics
 	}
+}
+
+// validity is when the owner must stop acknowledging, or why it already has.
+type validity struct {
+	until time.Time // by our clock
+	err   error     // sticky: fenced or released
 }
 
 // Acquire takes shard's lease for instance: at once when the lease is released,
@@ -114,8 +124,10 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		if err != nil {
 			return nil, Manifest{}, fmt.Errorf("manifest %s: acquire: %w", shard, err)
 		}
-		o := &Owner{store: store, instance: instance, opts: opts}
-		o.mu.m, o.mu.ver, o.mu.validUntil = m, newVer, o.validUntil(now)
+		o := &Owner{store: store, instance: instance, epoch: m.Epoch, opts: opts}
+		o.published.Store(&m)
+		o.validity.Store(&validity{until: o.validUntil(now)})
+		o.mu.ver = newVer
 		if copyErr != nil {
 			o.mu.copyErrs++
 		}
@@ -140,18 +152,13 @@ func (o *Owner) validUntil(now time.Time) time.Time {
 }
 
 // Manifest returns a copy of the manifest as last published.
-func (o *Owner) Manifest() Manifest {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.mu.m.Clone()
-}
+func (o *Owner) Manifest() Manifest { return o.published.Load().Clone() }
+
+// Sealed returns the sealed watermark as last published.
+func (o *Owner) Sealed() uint64 { return o.published.Load().Sealed }
 
 // Epoch returns the owner's epoch.
-func (o *Owner) Epoch() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.mu.m.Epoch
-}
+func (o *Owner) Epoch() uint64 { return o.epoch }
 
 // CopyErrors returns how many manifest copies failed to be written so far.
 func (o *Owner) CopyErrors() int {
@@ -164,19 +171,20 @@ func (o *Owner) CopyErrors() int {
 // ErrLeaseExpired once it ran out unrenewed, ErrFenced once another instance took
 // over, ErrReleased after Release.
 func (o *Owner) Valid() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.validLocked()
-}
-
-func (o *Owner) validLocked() error {
-	if o.mu.err != nil {
-		return o.mu.err
+	v := o.validity.Load()
+	if v.err != nil {
+		return v.err
 	}
-	if !o.opts.Now().Before(o.mu.validUntil) {
-		return fmt.Errorf("manifest %s: epoch %d: %w", o.mu.m.Shard, o.mu.m.Epoch, ErrLeaseExpired)
+	if !o.opts.Now().Before(v.until) {
+		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, ErrLeaseExpired)
 	}
 	return nil
+}
+
+// stop makes every later call fail with err.
+func (o *Owner) stop(err error) error {
+	o.validity.Store(&validity{err: err})
+	return err
 }
 
 // Renew extends the lease. After a failure the old lease still runs out at its
@@ -220,9 +228,7 @@ func (o *Owner) Release(ctx context.Context) error {
 		return nil
 	})
 	if err == nil {
-		o.mu.Lock()
-		o.mu.err = fmt.Errorf("manifest %s: %w", o.mu.m.Shard, ErrReleased)
-		o.mu.Unlock()
+		o.stop(fmt.Errorf("manifest %s: %w", o.published.Load().Shard, ErrReleased))
 	}
 	return err
 }
@@ -234,14 +240,14 @@ func (o *Owner) Release(ctx context.Context) error {
 func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.mu.err != nil {
-		return o.mu.err
+	if err := o.validity.Load().err; err != nil {
+		return err
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt == maxConflicts {
-			return fmt.Errorf("manifest %s: %d conflicting writes by this owner's own instance", o.mu.m.Shard, attempt)
+			return fmt.Errorf("manifest %s: %d conflicting writes by this owner's own instance", o.published.Load().Shard, attempt)
 		}
-		m := o.mu.m.Clone()
+		m := o.published.Load().Clone()
 		if err := change(&m); errors.Is(err, errAlreadyDone) {
 			return nil
 		} else if err != nil {
@@ -253,9 +259,10 @@ func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error 
 		}
 		ver, copyErr, err := o.store.publish(ctx, m, o.mu.ver)
 		if err == nil {
-			o.mu.m, o.mu.ver = m, ver
+			o.mu.ver = ver
+			o.published.Store(&m)
 			if !m.Released {
-				o.mu.validUntil = o.validUntil(now)
+				o.validity.Store(&validity{until: o.validUntil(now)})
 			}
 			if copyErr != nil {
 				o.mu.copyErrs++
@@ -269,10 +276,10 @@ func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error 
 		if err != nil {
 			return fmt.Errorf("manifest %s: reload after a conflict: %w", m.Shard, err)
 		}
-		if cur.Epoch != o.mu.m.Epoch || cur.Owner != o.instance {
-			o.mu.err = fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.mu.m.Epoch, cur.Epoch, cur.Owner, ErrFenced)
-			return o.mu.err
+		if cur.Epoch != o.epoch || cur.Owner != o.instance {
+			return o.stop(fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.epoch, cur.Epoch, cur.Owner, ErrFenced))
 		}
-		o.mu.m, o.mu.ver = cur, curVer
+		o.mu.ver = curVer
+		o.published.Store(&cur)
 	}
 }

@@ -124,7 +124,7 @@ type Info struct {
 // Info returns the shard's state.
 func (s *Shard) Info() Info {
 	wi := s.cfg.Log.Info(s.id)
-	return Info{Next: wi.Next, Sealed: s.cfg.Owner.Manifest().Sealed, Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
+	return Info{Next: wi.Next, Sealed: s.cfg.Owner.Sealed(), Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
 }
 
 // Manifest returns the shard's manifest as this owner last published it.
