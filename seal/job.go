@@ -46,6 +46,11 @@ type Job struct {
 // after it, the pages below the sealed watermark are dropped by the next seal or
 // open (SPEC M4, DESIGN.md "Sealing").
 func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
+	// A fenced or released owner must not even write a part; a lapsed lease may
+	// still commit (the CAS decides), so it tries.
+	if err := j.Owner.Valid(); errors.Is(err, manifest.ErrFenced) && !errors.Is(err, manifest.ErrLeaseExpired) {
+		return Result{}, fmt.Errorf("seal %s: %w", j.Shard, errors.Join(err, ErrStopped))
+	}
 	m := j.Owner.Manifest()
 	if m.Epoch != j.Epoch {
 		return Result{}, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)

@@ -82,6 +82,7 @@ type entry struct {
 	t        Target
 	deferred bool      // seal at the next evaluation, whatever the triggers say
 	running  bool      // a seal is in flight
+	stopped  bool      // a seal reported ErrStopped: never again
 	notUntil time.Time // backoff after a failure, by the real clock
 	backoff  time.Duration
 	cancel   context.CancelFunc // of the seal in flight
@@ -210,7 +211,7 @@ func (s *Scheduler) evaluate() {
 		bytes, oldest := e.t.Unsealed()
 		total += bytes
 		all = append(all, candidate{id, e, bytes})
-		if e.running || s.mu.paused[id] || real.Before(e.notUntil) {
+		if e.stopped || e.running || s.mu.paused[id] || real.Before(e.notUntil) {
 			continue
 		}
 		var why Trigger
@@ -233,7 +234,7 @@ func (s *Scheduler) evaluate() {
 			break
 		}
 		total -= c.bytes
-		if !c.e.running && !s.mu.paused[c.id] && !real.Before(c.e.notUntil) && c.bytes > 0 {
+		if !c.e.stopped && !c.e.running && !s.mu.paused[c.id] && !real.Before(c.e.notUntil) && c.bytes > 0 {
 			s.startLocked(c.id, c.e, TriggerWAL, c.bytes)
 		}
 	}
@@ -280,6 +281,7 @@ func (s *Scheduler) finished(e *entry, why Trigger, res Result, err error) {
 	if err != nil {
 		s.stats.failures.Add(1)
 		if errors.Is(err, ErrStopped) {
+			e.stopped = true // its owner is gone: evaluating it again would loop
 			return
 		}
 		// Any trigger's failure re-arms the flag (SPEC SE4): the backlog's age may
