@@ -1,0 +1,244 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/mem"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
+	t.Helper()
+	if d == nil {
+		d = mem.New()
+	}
+	b, err := substrate.New(d, substrate.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestNewSetValidates(t *testing.T) {
+	a, b := bucket(t, "a", nil), bucket(t, "b", nil)
+	for name, tc := range map[string]struct {
+		specs     []Spec
+		authority string
+		ok        bool
+	}{
+		"one":               {[]Spec{{"a", "d1", a}}, "", true},
+		"two, named auth":   {[]Spec{{"a", "d1", a}, {"b", "d2", b}}, "b", true},
+		"none":              {nil, "", false},
+		"no bucket":         {[]Spec{{"a", "d1", nil}}, "", false},
+		"no domain":         {[]Spec{{"a", "", a}}, "", false},
+		"same name":         {[]Spec{{"a", "d1", a}, {"a", "d2", b}}, "", false},
+		"bad name":          {[]Spec{{"a/../b", "d1", a}}, "", false},
+		"unknown authority": {[]Spec{{"a", "d1", a}}, "z", false},
+	} {
+		s, err := NewSet(tc.specs, tc.authority)
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidSet)) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if err == nil && tc.authority != "" && s.Authority().Name != tc.authority {
+			t.Errorf("%s: authority %s", name, s.Authority().Name)
+		}
+	}
+}
+
+// TestDurabilityComesFromThePartsNotTheConfiguration: a two-domain set whose history
+// is single-copy reads as configured for domain loss and not survivable as data.
+func TestDurabilityComesFromThePartsNotTheConfiguration(t *testing.T) {
+	s, err := NewSet([]Spec{{"local", "node-a", bucket(t, "local", nil)}, {"gcs", "gcp", bucket(t, "gcs", nil)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Config(); c.Size != 2 || c.DistinctDomains != 2 || c.SinglePointOfFailure {
+		t.Fatalf("config %+v", c)
+	}
+	parts := []PartReplicas{{"p1", []string{"local"}}, {"p2", []string{"local"}}, {"p3", []string{"local", "gcs"}}}
+	d := s.Assess(parts, func(key string) bool { return key == "p2" })
+	if d.UnderReplicated != 2 || d.Stuck != 1 || d.SurvivesDomainLoss {
+		t.Fatalf("durability %+v: want 2 under-replicated, 1 stuck (p1), not survivable", d)
+	}
+	if d := s.Assess(parts[2:], nil); d.UnderReplicated != 0 || !d.SurvivesDomainLoss {
+		t.Fatalf("a fully replicated part: %+v", d)
+	}
+	one, _ := NewSet([]Spec{{"a", "x", bucket(t, "a", nil)}, {"b", "x", bucket(t, "b", nil)}}, "")
+	if c := one.Config(); !c.SinglePointOfFailure || c.DistinctDomains != 1 {
+		t.Fatalf("two replicas in one domain: %+v", c)
+	}
+}
+
+// writePart writes a real part file and returns its path and info.
+func writePart(t *testing.T, n int) (string, part.Info) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.part")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := part.NewWriter(f, "s", 0, part.Options{})
+	for i := range n {
+		w.Add(fmt.Appendf(nil, "record %d %s", i, bytes.Repeat([]byte("z"), 200)))
+	}
+	info, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, info
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (r *recorder) record(_ context.Context, j Job, replica string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, j.Key+"@"+replica)
+	return nil
+}
+
+func setOf(t *testing.T, names ...string) (*Set, map[string]*substrate.Bucket) {
+	t.Helper()
+	var specs []Spec
+	buckets := map[string]*substrate.Bucket{}
+	for i, n := range names {
+		b := bucket(t, n, nil)
+		buckets[n] = b
+		specs = append(specs, Spec{n, fmt.Sprint("domain-", i), b})
+	}
+	s, err := NewSet(specs, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, buckets
+}
+
+func TestAnUploadCopiesALocalPartToEveryTargetAndRecordsEach(t *testing.T) {
+	ctx := context.Background()
+	s, buckets := setOf(t, "a", "b", "c")
+	path, info := writePart(t, 100)
+	rec := &recorder{}
+	u := NewUploader(s, Options{}, rec.record)
+	defer u.Close()
+	sealed := time.Now().Add(-time.Second)
+	j := Job{Shard: "s", Key: "k1", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b", "c"}, SealedAt: sealed}
+	if err := u.Enqueue(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"b", "c"} {
+		if a, err := buckets[n].Attributes(ctx, "k1"); err != nil || a.Size != info.Size {
+			t.Fatalf("%s: %v %+v", n, err, a)
+		}
+	}
+	st := u.Stats()
+	if st.Uploads != 2 || st.UploadBytes != 2*uint64(info.Size) || st.DurableParts != 1 || st.UploadLagMicrosTotal < 1e6 || st.BackfillUploads != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if len(rec.seen) != 2 || u.Pending("k1") {
+		t.Fatalf("recorded %v, pending %v", rec.seen, u.Pending("k1"))
+	}
+}
+
+// TestABackfillReadsFromAReplicaAndAddsNoLagSample: no local file, no seal time.
+func TestABackfillReadsFromAReplicaAndAddsNoLagSample(t *testing.T) {
+	ctx := context.Background()
+	s, buckets := setOf(t, "a", "b")
+	path, info := writePart(t, 50)
+	data, _ := os.ReadFile(path)
+	buckets["a"].PutBytes(ctx, "k", data)
+	rec := &recorder{}
+	u := NewUploader(s, Options{TempDir: t.TempDir()}, rec.record)
+	defer u.Close()
+	u.Enqueue(ctx, Job{Shard: "s", Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
+	u.Flush(ctx)
+	got, _, err := buckets["b"].Get(ctx, "k")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the backfilled copy: %v", err)
+	}
+	st := u.Stats()
+	if st.BackfillUploads != 1 || st.BackfillUploadBytes != uint64(info.Size) || st.Uploads != 0 || st.UploadLagMicrosTotal != 0 || st.DurableParts != 0 {
+		t.Fatalf("stats %+v: a backfill must not count as an upload or add lag", st)
+	}
+}
+
+func TestACorruptSourceIsNotCopied(t *testing.T) {
+	ctx := context.Background()
+	s, buckets := setOf(t, "a", "b")
+	path, info := writePart(t, 50)
+	data, _ := os.ReadFile(path)
+	data[len(data)/3] ^= 1
+	buckets["a"].PutBytes(ctx, "k", data)
+	u := NewUploader(s, Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond}, (&recorder{}).record)
+	defer u.Close()
+	u.Enqueue(ctx, Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
+	u.Flush(ctx)
+	if _, err := buckets["b"].Attributes(ctx, "k"); !errors.Is(err, substrate.ErrNotFound) {
+		t.Fatalf("a damaged part was copied: %v", err)
+	}
+	if st := u.Stats(); st.UploadFailures != 1 || st.BackfillUploads != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestAnObjectAlreadyThereIsRecordedAgain: a re-driven upload re-states the copy.
+func TestAnObjectAlreadyThereIsRecordedAgain(t *testing.T) {
+	ctx := context.Background()
+	s, buckets := setOf(t, "a", "b")
+	path, info := writePart(t, 20)
+	data, _ := os.ReadFile(path)
+	buckets["b"].PutBytes(ctx, "k", data)
+	rec := &recorder{}
+	u := NewUploader(s, Options{}, rec.record)
+	defer u.Close()
+	u.Enqueue(ctx, Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}})
+	u.Flush(ctx)
+	if len(rec.seen) != 1 {
+		t.Fatalf("recorded %v: a copy already there must be recorded", rec.seen)
+	}
+}
+
+func TestAFailedUploadIsCountedAndReleasesFlush(t *testing.T) {
+	ctx := context.Background()
+	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Err: errors.New("down")})
+	a := bucket(t, "a", nil)
+	b := bucket(t, "b", fd)
+	s, _ := NewSet([]Spec{{"a", "d1", a}, {"b", "d2", b}}, "")
+	path, info := writePart(t, 20)
+	rec := &recorder{}
+	u := NewUploader(s, Options{Attempts: 3, BackoffMin: time.Millisecond}, rec.record)
+	defer u.Close()
+	u.Enqueue(ctx, Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now()})
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := u.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := u.Stats(); st.UploadFailures != 1 || st.Uploads != 0 || st.DurableParts != 0 || fd.Injected() != 3 {
+		t.Fatalf("stats %+v after %d injected failures; want 1 failure after 3 attempts", st, fd.Injected())
+	}
+	if len(rec.seen) != 0 || u.Pending("k") {
+		t.Fatal("a failed upload was recorded or is still pending")
+	}
+}

@@ -1,0 +1,382 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// partCRCTail is how many bytes at a part's end its part CRC does not cover: the CRC
+// itself, the footer CRC, the version and the magic (see internal/part).
+const partCRCTail = 4 + 4 + 1 + 7
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrClosed reports use of an Uploader after Close.
+var ErrClosed = errors.New("replica: uploader closed")
+
+// UploadSource is where an upload reads a part: a local file written by a seal in
+// this process, or a replica that holds it. After a restart no part has a local file,
+// so a backfill reads from a replica.
+type UploadSource struct {
+	LocalFile string
+	Replica   string // with Key
+	Key       string
+}
+
+// FromFile is the source of a part sealed in this process.
+func FromFile(path string) UploadSource { return UploadSource{LocalFile: path} }
+
+// FromReplica is the source of a part that replica holds under key.
+func FromReplica(replica, key string) UploadSource { return UploadSource{Replica: replica, Key: key} }
+
+func (s UploadSource) String() string {
+	if s.LocalFile != "" {
+		return "file " + s.LocalFile
+	}
+	return "replica " + s.Replica + " key " + s.Key
+}
+
+// Job copies one part to the replicas that lack it.
+type Job struct {
+	Shard string
+	// Key is the part's object key, the same on every replica.
+	Key    string
+	Size   int64
+	CRC    uint32 // the part CRC, checked on every byte copied
+	Source UploadSource
+	// Targets are the replicas to copy to.
+	Targets []string
+	// SealedAt is when the part was sealed in this process; zero for a backfill,
+	// which therefore adds no seal-to-durable lag sample.
+	SealedAt time.Time
+}
+
+// Backfill reports a job for history: no seal time in this process.
+func (j Job) Backfill() bool { return j.SealedAt.IsZero() }
+
+// Recorder records in the shard's manifest that replica holds the job's part.
+type Recorder func(ctx context.Context, j Job, replica string) error
+
+// Options configure an Uploader. The zero value of each field means its default.
+type Options struct {
+	Workers    int           // concurrent copies; default 4
+	Attempts   int           // per copy and per record, before the job fails; default 5
+	BackoffMin time.Duration // default 100 ms, doubling
+	BackoffMax time.Duration // default 5 s
+	// TempDir holds parts read back from a replica while they are copied; default
+	// os.TempDir().
+	TempDir string
+	// Now is the clock of seal-to-durable lag; default time.Now.
+	Now func() time.Time
+	// ObserveLag, if set, receives the seal-to-durable lag of every part sealed in
+	// this process once every target holds it (for a histogram).
+	ObserveLag func(time.Duration)
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 5
+	}
+	if o.BackoffMin <= 0 {
+		o.BackoffMin = 100 * time.Millisecond
+	}
+	if o.BackoffMax < o.BackoffMin {
+		o.BackoffMax = max(5*time.Second, o.BackoffMin)
+	}
+	if o.TempDir == "" {
+		o.TempDir = os.TempDir()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Stats are the uploader's counters. Normal uploads (parts sealed in this process)
+// and backfill uploads are counted apart (SPEC R6).
+type Stats struct {
+	Uploads, UploadBytes                 uint64
+	UploadLagMicrosTotal                 uint64 // seal → on every target, summed over parts
+	DurableParts                         uint64 // parts whose lag is in the total
+	BackfillUploads, BackfillUploadBytes uint64
+	UploadFailures                       uint64 // jobs that gave up
+}
+
+// Uploader copies parts in the background with bounded workers, retries and backoff.
+type Uploader struct {
+	set    *Set
+	opts   Options
+	record Recorder
+	jobs   chan Job
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		closed  bool
+		pending map[string]int // part key → jobs queued or running
+		active  int
+		idle    chan struct{} // closed when active drops to 0
+	}
+	stats struct {
+		uploads, bytes, lagMicros, durable, backfills, backfillBytes, failures atomic.Uint64
+	}
+}
+
+// NewUploader starts an uploader over set; record is called for every copy made.
+func NewUploader(set *Set, opts Options, record Recorder) *Uploader {
+	opts.ensureDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	u := &Uploader{set: set, opts: opts, record: record, jobs: make(chan Job), ctx: ctx, cancel: cancel}
+	u.mu.pending = map[string]int{}
+	u.mu.idle = make(chan struct{})
+	close(u.mu.idle)
+	for range opts.Workers {
+		u.wg.Go(u.work)
+	}
+	return u
+}
+
+// Enqueue queues j; it returns once a worker took it or ctx ends.
+func (u *Uploader) Enqueue(ctx context.Context, j Job) error {
+	u.mu.Lock()
+	if u.mu.closed {
+		u.mu.Unlock()
+		return ErrClosed
+	}
+	if u.mu.active == 0 {
+		u.mu.idle = make(chan struct{})
+	}
+	u.mu.active++
+	u.mu.pending[j.Key]++
+	u.mu.Unlock()
+	select {
+	case u.jobs <- j:
+		return nil
+	case <-ctx.Done():
+		u.done(j)
+		return ctx.Err()
+	case <-u.ctx.Done():
+		u.done(j)
+		return ErrClosed
+	}
+}
+
+func (u *Uploader) done(j Job) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.mu.pending[j.Key]--; u.mu.pending[j.Key] == 0 {
+		delete(u.mu.pending, j.Key)
+	}
+	if u.mu.active--; u.mu.active == 0 {
+		close(u.mu.idle)
+	}
+}
+
+// Pending reports whether an upload of the part is queued or running.
+func (u *Uploader) Pending(key string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.mu.pending[key] > 0
+}
+
+// Flush waits until no upload is queued or running.
+func (u *Uploader) Flush(ctx context.Context) error {
+	u.mu.Lock()
+	idle := u.mu.idle
+	u.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stats returns the counters.
+func (u *Uploader) Stats() Stats {
+	return Stats{
+		Uploads: u.stats.uploads.Load(), UploadBytes: u.stats.bytes.Load(),
+		UploadLagMicrosTotal: u.stats.lagMicros.Load(), DurableParts: u.stats.durable.Load(),
+		BackfillUploads: u.stats.backfills.Load(), BackfillUploadBytes: u.stats.backfillBytes.Load(),
+		UploadFailures: u.stats.failures.Load(),
+	}
+}
+
+// Close stops taking jobs, cancels the running ones and waits for the workers.
+func (u *Uploader) Close() {
+	u.mu.Lock()
+	u.mu.closed = true
+	u.mu.Unlock()
+	u.cancel()
+	u.wg.Wait()
+}
+
+func (u *Uploader) work() {
+	for {
+		select {
+		case <-u.ctx.Done():
+			return
+		case j := <-u.jobs:
+			u.run(j)
+			u.done(j)
+		}
+	}
+}
+
+// run copies j's part to each target and records each copy; a target that fails
+// every attempt fails the job, which a later backfill repairs (SPEC R9).
+func (u *Uploader) run(j Job) {
+	failed := false
+	for _, target := range j.Targets {
+		if err := u.retry(func() error { return u.copyTo(j, target) }); err != nil {
+			failed = true
+			continue
+		}
+		if j.Backfill() {
+			u.stats.backfills.Add(1)
+			u.stats.backfillBytes.Add(uint64(j.Size))
+		} else {
+			u.stats.uploads.Add(1)
+			u.stats.bytes.Add(uint64(j.Size))
+		}
+		if err := u.retry(func() error { return u.record(u.ctx, j, target) }); err != nil {
+			failed = true
+		}
+	}
+	if failed {
+		u.stats.failures.Add(1)
+		return
+	}
+	if !j.Backfill() {
+		lag := u.opts.Now().Sub(j.SealedAt)
+		u.stats.lagMicros.Add(uint64(max(0, lag.Microseconds())))
+		u.stats.durable.Add(1)
+		if u.opts.ObserveLag != nil {
+			u.opts.ObserveLag(lag)
+		}
+	}
+}
+
+func (u *Uploader) retry(f func() error) error {
+	wait := u.opts.BackoffMin
+	var err error
+	for attempt := 0; attempt < u.opts.Attempts; attempt++ {
+		if err = f(); err == nil || u.ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-u.ctx.Done():
+			return u.ctx.Err()
+		}
+		wait = min(2*wait, u.opts.BackoffMax)
+	}
+	return err
+}
+
+// copyTo puts j's part on target, reading it from j's source and checking its size
+// and part CRC on the way. An object already there counts as the copy (a re-driven
+// upload re-states it) if its size matches.
+func (u *Uploader) copyTo(j Job, target string) error {
+	dst, ok := u.set.Get(target)
+	if !ok {
+		return fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
+	}
+	f, cleanup, err := u.open(j)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	attrs, created, err := dst.Bucket.PutIfAbsent(u.ctx, j.Key, f)
+	if err != nil {
+		return fmt.Errorf("replica: upload %s to %s: %w", j.Key, target, err)
+	}
+	if !created && attrs.Size != j.Size {
+		if a, err := dst.Bucket.Attributes(u.ctx, j.Key); err != nil || a.Size != j.Size {
+			return fmt.Errorf("replica: upload %s to %s: another object of %d bytes is there", j.Key, target, a.Size)
+		}
+	}
+	return nil
+}
+
+// open returns the part as a verified local file.
+func (u *Uploader) open(j Job) (*os.File, func(), error) {
+	if j.Source.LocalFile != "" {
+		f, err := os.Open(j.Source.LocalFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
+		}
+		if err := verify(f, j); err != nil {
+			f.Close()
+			return nil, nil, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			f.Close()
+			return nil, nil, err
+		}
+		return f, func() { f.Close() }, nil
+	}
+	src, ok := u.set.Get(j.Source.Replica)
+	if !ok {
+		return nil, nil, fmt.Errorf("replica: upload %s: no source replica %q", j.Key, j.Source.Replica)
+	}
+	r, err := src.Bucket.NewRangeReader(u.ctx, j.Source.Key, 0, -1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
+	}
+	defer r.Close()
+	f, err := os.CreateTemp(u.opts.TempDir, "upload-*.part")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { f.Close(); os.Remove(f.Name()) }
+	if _, err := io.Copy(f, r); err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if err := verify(f, j); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return f, cleanup, nil
+}
+
+// verify reads r whole and checks the part's size and part CRC.
+func verify(r io.Reader, j Job) error {
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, io.LimitReader(r, max(0, j.Size-partCRCTail)))
+	if err != nil {
+		return fmt.Errorf("replica: verify %s from %s: %w", j.Key, j.Source, err)
+	}
+	rest, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return fmt.Errorf("replica: verify %s from %s: %w", j.Key, j.Source, err)
+	}
+	if n+rest != j.Size || h.Sum32() != j.CRC {
+		return fmt.Errorf("replica: %s from %s: %d bytes with CRC %08x, want %d bytes with CRC %08x: %w",
+			j.Key, j.Source, n+rest, h.Sum32(), j.Size, j.CRC, ErrCorruptSource)
+	}
+	return nil
+}
+
+// ErrCorruptSource reports a source whose copy of a part fails its checks.
+var ErrCorruptSource = errors.New("replica: corrupt source")
