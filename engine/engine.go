@@ -25,11 +25,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
@@ -55,7 +57,9 @@ var (
 type Engine struct {
 	opts     Options
 	log      *wal.Log
+	set      *replica.Set
 	store    *manifest.Store
+	uploader *replica.Uploader
 	sealer   *seal.Scheduler
 	encoder  *zstd.Encoder
 	partsDir string
@@ -69,7 +73,11 @@ type Engine struct {
 		shards  map[string]*shard.Shard
 		owners  map[string]*manifest.Owner
 		opening map[string]bool
+		// files are the local part files sealed in this process whose copies are
+		// still queued or running: the upload source a backfill prefers.
+		files map[string]string
 	}
+	warnedUnderReplicated atomic.Bool
 }
 
 // Open opens the engine in opts.Dir, creating the directory if needed, and recovers
@@ -82,9 +90,18 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	set, err := replica.NewSet(opts.Replicas, opts.Authority)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	partsDir := filepath.Join(opts.Dir, "parts")
-	if err := os.MkdirAll(partsDir, 0o755); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+	if opts.Upload.TempDir == "" {
+		opts.Upload.TempDir = filepath.Join(opts.Dir, "uploads")
+	}
+	for _, d := range []string{partsDir, opts.Upload.TempDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
 	}
 	if opts.Instance == "" {
 		id, err := instanceID(opts.Dir)
@@ -99,7 +116,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	// Only this engine uses Dir now (the WAL holds its lock): part files there are
 	// leftovers of seals a crash interrupted.
-	if err := seal.CleanDir(partsDir); err != nil {
+	if err := errors.Join(seal.CleanDir(partsDir), replica.CleanDir(opts.Upload.TempDir)); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -115,14 +132,19 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	e := &Engine{
-		opts: opts, log: log, store: manifest.NewStore(opts.Bucket), sealer: sealer, encoder: encoder,
-		partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
+		opts: opts, log: log, set: set, store: manifest.NewStore(set.Authority().Bucket, set.Others()...),
+		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.mu.shards = make(map[string]*shard.Shard)
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
+	e.mu.files = make(map[string]string)
 	e.metrics = newMetrics(e)
+	upOpts := opts.Upload
+	upOpts.ObserveLag = func(d time.Duration) { e.metrics.lag.Observe(d.Seconds()) }
+	e.uploader = replica.NewUploader(set, upOpts, e.recordReplica)
 	if err := e.metrics.register(opts.Registerer); err != nil {
+		e.uploader.Close()
 		sealer.Close()
 		encoder.Close()
 		log.Close()
@@ -220,8 +242,10 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		return nil, ErrClosed
 	}
 	sh, err := shard.Open(id, shard.Config{
-		Log: e.log, Owner: owner, Bucket: e.opts.Bucket, Sealer: e.sealer,
-		PartsDir: e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
+		Log: e.log, Owner: owner, Replicas: e.set, Sealer: e.sealer,
+		AfterCommit: func(p manifest.Part, file string) bool { return e.afterCommit(id, p, file) },
+		Uploading:   func() bool { return e.uploader.Busy(id) },
+		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
 		Observer: e.metrics, Logger: e.opts.Logger, Now: e.opts.Now,
 		OnClose: func() { e.forget(id) },
@@ -231,6 +255,13 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	}
 	e.mu.shards[id] = sh
 	e.mu.owners[id] = owner
+	if e.opts.BackfillOnOpen {
+		if _, err := e.backfill(id, owner); err != nil {
+			e.opts.Logger.Error("engine: backfill at open", "shard", id, "err", err)
+		}
+	} else {
+		e.warnIfUnderReplicated(id, owner)
+	}
 	return sh, nil
 }
 
@@ -253,7 +284,7 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (ow
 			// the one this engine used, or lost its manifest. Adopting now could drop
 			// acknowledged records; refuse.
 			return fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
-				ErrManifestBehind, walEpoch, id, e.opts.Bucket.Name(), prev.Epoch)
+				ErrManifestBehind, walEpoch, id, e.set.Authority().Name, prev.Epoch)
 		}
 		ours = prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
 		return e.log.SetEpoch(id, epoch)
@@ -345,6 +376,7 @@ func (e *Engine) Close() error {
 	close(e.stop)
 	<-e.done
 	e.sealer.Close()
+	e.uploader.Close()
 	e.metrics.unregister()
 	if err := e.log.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("engine: %w", err))

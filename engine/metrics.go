@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 )
@@ -36,6 +37,17 @@ type Metrics struct {
 	// StrandedRecords counts acknowledged records an open dropped because another
 	// instance had taken the shard over since (see DESIGN.md, "Ownership").
 	StrandedRecords uint64
+	// Uploads count the copies of parts sealed in this process, and
+	// BackfillUploads those of history; UploadLagMicrosTotal sums, over the parts
+	// sealed here, the time from seal to a copy on every replica (backfills add
+	// nothing to it).
+	Uploads, UploadBytes, UploadLagMicrosTotal, DurableParts uint64
+	BackfillUploads, BackfillUploadBytes, UploadFailures     uint64
+	// Config is what the declared replica set promises.
+	Config replica.Config
+	// Data is what the open shards' parts say: how many lack a copy, how many of
+	// those no upload will improve, whether every part survives losing one domain.
+	Data replica.Durability
 	// Shards has an entry for every open shard and every shard with unsealed
 	// records in the WAL.
 	Shards map[string]ShardMetrics
@@ -71,6 +83,8 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	fsyncs     prometheus.CounterFunc
 	stranded   prometheus.Counter
+	lag        prometheus.Histogram
+	uploads    []prometheus.Collector
 	seals      []prometheus.Collector
 	unsealed   *prometheus.Desc
 	oldestAge  *prometheus.Desc
@@ -123,6 +137,24 @@ func newMetrics(e *Engine) *metrics {
 		stat("l0_sealed_objects_total", "Objects written by seals.", func(s seal.Stats) uint64 { return s.Objects }),
 		stat("l0_sealed_bytes_total", "Record bytes sealed into parts.", func(s seal.Stats) uint64 { return s.SealedBytes }),
 	}
+	m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "l0_upload_lag_seconds",
+		Help:    "Time from a part's seal to its copy on every replica, for parts sealed in this process.",
+		Buckets: prometheus.ExponentialBucketsRange(0.001, 600, 20),
+	})
+	up := func(name, help string, f func(replica.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(e.uploader.Stats())) })
+	}
+	m.uploads = []prometheus.Collector{
+		up("l0_uploads_total", "Copies of parts sealed in this process to a replica.", func(s replica.Stats) uint64 { return s.Uploads }),
+		up("l0_upload_bytes_total", "Bytes of those copies.", func(s replica.Stats) uint64 { return s.UploadBytes }),
+		up("l0_upload_lag_micros_total", "Seal to on-every-replica time summed over parts sealed in this process, in microseconds.", func(s replica.Stats) uint64 { return s.UploadLagMicrosTotal }),
+		up("l0_backfill_uploads_total", "Copies of history (parts sealed before a replica was attached, or before a restart).", func(s replica.Stats) uint64 { return s.BackfillUploads }),
+		up("l0_backfill_upload_bytes_total", "Bytes of those copies.", func(s replica.Stats) uint64 { return s.BackfillUploadBytes }),
+		up("l0_upload_failures_total", "Upload jobs that gave up; a backfill repairs their parts.", func(s replica.Stats) uint64 { return s.UploadFailures }),
+		m.lag, durabilityCollector{m},
+	}
 	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
 	}, func() float64 { return float64(m.walFsyncs()) })
@@ -137,7 +169,8 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.registerer = reg
-	for _, c := range append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, shardCollector{m}}, m.seals...) {
+	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, shardCollector{m}}, m.seals...)
+	for _, c := range append(all, m.uploads...) {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return errors.Join(ErrInvalidOptions, err)
@@ -216,6 +249,10 @@ func (e *Engine) Metrics() Metrics {
 	}
 	st := e.sealer.Stats()
 	out.Seals, out.EmptySeals, out.SealFailures, out.Objects, out.SealedBytes = st.Seals, st.EmptySeals, st.Failures, st.Objects, st.SealedBytes
+	us := e.uploader.Stats()
+	out.Uploads, out.UploadBytes, out.UploadLagMicrosTotal, out.DurableParts = us.Uploads, us.UploadBytes, us.UploadLagMicrosTotal, us.DurableParts
+	out.BackfillUploads, out.BackfillUploadBytes, out.UploadFailures = us.BackfillUploads, us.BackfillUploadBytes, us.UploadFailures
+	out.Config, out.Data = e.set.Config(), e.durability()
 	for _, r := range reasons {
 		out.AppendErrors[r] = counterValue(m.errors.WithLabelValues(r))
 	}
@@ -252,4 +289,62 @@ func (c shardCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.unsealed, prometheus.GaugeValue, float64(info.UnsealedBytes), id)
 		ch <- prometheus.MustNewConstMetric(c.m.oldestAge, prometheus.GaugeValue, age, id)
 	}
+}
+
+// durability assesses the parts of the open shards.
+func (e *Engine) durability() replica.Durability {
+	e.mu.Lock()
+	owners := make([]*manifest.Owner, 0, len(e.mu.owners))
+	for _, o := range e.mu.owners {
+		owners = append(owners, o)
+	}
+	e.mu.Unlock()
+	var parts []replica.PartReplicas
+	for _, o := range owners {
+		for _, p := range o.Manifest().Parts {
+			parts = append(parts, replica.PartReplicas{Key: p.Key, Replicas: p.Replicas})
+		}
+	}
+	return e.set.Assess(parts, e.uploader.Pending)
+}
+
+// durabilityCollector exposes the replica set's configuration and the parts' data
+// durability, each named for what it is computed from (SPEC R7).
+type durabilityCollector struct{ m *metrics }
+
+var (
+	descConfigSize    = prometheus.NewDesc("l0_replica_config_size", "Replicas in the declared set: configuration, not data.", nil, nil)
+	descConfigDomains = prometheus.NewDesc("l0_replica_config_domains", "Distinct failure domains in the declared set: configuration, not data.", nil, nil)
+	descConfigSPOF    = prometheus.NewDesc("l0_replica_config_single_point_of_failure", "1 if one failure domain holds every declared replica: configuration, not data.", nil, nil)
+	descDataParts     = prometheus.NewDesc("l0_data_parts", "Sealed parts of the open shards.", nil, nil)
+	descDataShort     = prometheus.NewDesc("l0_data_parts_under_replicated", "Parts of the open shards that some replica of the set lacks.", nil, nil)
+	descDataStuck     = prometheus.NewDesc("l0_data_parts_under_replicated_unqueued", "Under-replicated parts with no upload queued: nothing improves them until a backfill.", nil, nil)
+	descDataSurvives  = prometheus.NewDesc("l0_data_survives_domain_loss", "1 if every part of the open shards has copies in two failure domains.", nil, nil)
+)
+
+func (c durabilityCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConfigSize, descConfigDomains, descConfigSPOF, descDataParts, descDataShort, descDataStuck, descDataSurvives} {
+		ch <- d
+	}
+}
+
+func (c durabilityCollector) Collect(ch chan<- prometheus.Metric) {
+	cfg, d := c.m.e.set.Config(), c.m.e.durability()
+	g := func(desc *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v)
+	}
+	g(descConfigSize, float64(cfg.Size))
+	g(descConfigDomains, float64(cfg.DistinctDomains))
+	g(descConfigSPOF, b2f(cfg.SinglePointOfFailure))
+	g(descDataParts, float64(d.Parts))
+	g(descDataShort, float64(d.UnderReplicated))
+	g(descDataStuck, float64(d.Stuck))
+	g(descDataSurvives, b2f(d.SurvivesDomainLoss))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate"
 )
@@ -39,10 +40,26 @@ type Options struct {
 	// MaxBatchBytes is the largest sum of record sizes one Append accepts. Default
 	// 4 MiB, at most 64 MiB, and at least MaxRecordSize.
 	MaxBatchBytes int
-	// Bucket is the substrate sealed parts are written to and read from, and whose
-	// manifest copies are authoritative: every owner's lease is a compare-and-swap
-	// there. Required. The engine does not close it.
+	// Replicas are where sealed parts and manifests go, in order: a seal writes each
+	// part to the first, and the uploader copies it to the others. Attaching a
+	// replica is opening with a longer list; BackfillUnderReplicated then copies the
+	// history. Required, unless Bucket is set. The engine does not close the buckets.
+	Replicas []replica.Spec
+	// Authority names the replica whose manifest copy fences owners: every lease is
+	// a compare-and-swap there. Default: the first replica. In a fleet it must be a
+	// replica every instance shares.
+	Authority string
+	// Bucket is shorthand for a single replica named after the bucket, in the
+	// domain "default". Set Replicas or Bucket, not both.
 	Bucket *substrate.Bucket
+	// BackfillOnOpen copies, at each OpenShard, the shard's parts that some replica
+	// lacks. Default off: it is real egress on existing data. When off and parts are
+	// under-replicated, the engine logs once that the other replicas are not a
+	// recoverable copy.
+	BackfillOnOpen bool
+	// Upload configures the uploader: workers, attempts, backoff. Its TempDir
+	// defaults to Dir/uploads, its Now to Now.
+	Upload replica.Options
 	// Instance names this engine in the leases it holds. Default: an id created at
 	// the first Open of Dir and kept in Dir/instance, so a restarted engine takes
 	// its own shards back at once.
@@ -75,7 +92,10 @@ func (o *Options) EnsureDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	o.Seal.Now, o.Lease.Now, o.Lease.Wait = o.Now, o.Now, false
+	o.Seal.Now, o.Lease.Now, o.Lease.Wait, o.Upload.Now = o.Now, o.Now, false, o.Now
+	if len(o.Replicas) == 0 && o.Bucket != nil {
+		o.Replicas = []replica.Spec{{Name: o.Bucket.Name(), Domain: "default", Bucket: o.Bucket}}
+	}
 	o.Seal.EnsureDefaults()
 	o.Lease.EnsureDefaults()
 	if o.RenewEvery == 0 {
@@ -95,8 +115,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: MaxBatchBytes %d, want 1 to %d", ErrInvalidOptions, o.MaxBatchBytes, MaxBatchBytesLimit)
 	case o.MaxRecordSize > o.MaxBatchBytes:
 		return fmt.Errorf("%w: MaxRecordSize %d over MaxBatchBytes %d", ErrInvalidOptions, o.MaxRecordSize, o.MaxBatchBytes)
-	case o.Bucket == nil:
-		return fmt.Errorf("%w: Bucket is required", ErrInvalidOptions)
+	case len(o.Replicas) == 0:
+		return fmt.Errorf("%w: Replicas (or Bucket) is required", ErrInvalidOptions)
+	case o.Bucket != nil && (len(o.Replicas) != 1 || o.Replicas[0].Bucket != o.Bucket):
+		return fmt.Errorf("%w: set Replicas or Bucket, not both", ErrInvalidOptions)
 	case o.RenewEvery <= 0 || o.RenewEvery >= o.Lease.Duration-2*o.Lease.SkewMargin:
 		return fmt.Errorf("%w: RenewEvery %s with a lease of %s and a skew margin of %s", ErrInvalidOptions, o.RenewEvery, o.Lease.Duration, o.Lease.SkewMargin)
 	}
@@ -104,6 +126,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if err := o.Lease.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if _, err := replica.NewSet(o.Replicas, o.Authority); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return nil

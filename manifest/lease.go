@@ -211,6 +211,26 @@ func (o *Owner) Commit(ctx context.Context, p Part) error {
 	})
 }
 
+// AddReplica records that replica holds the part under key, and publishes the
+// manifest to every substrate. Recording a replica the part already names is
+// success; a part the manifest does not name is ErrUnknownPart.
+func (o *Owner) AddReplica(ctx context.Context, key, replica string) error {
+	return o.update(ctx, func(m *Manifest) error {
+		i := slices.IndexFunc(m.Parts, func(p Part) bool { return p.Key == key })
+		switch {
+		case i < 0:
+			return fmt.Errorf("manifest %s: part %s: %w", m.Shard, key, ErrUnknownPart)
+		case slices.Contains(m.Parts[i].Replicas, replica):
+			return errAlreadyDone
+		}
+		m.Parts[i].Replicas = append(m.Parts[i].Replicas, replica)
+		return nil
+	})
+}
+
+// ErrUnknownPart reports a part the manifest does not name.
+var ErrUnknownPart = errors.New("manifest: unknown part")
+
 // ErrConflict reports a commit that does not follow the manifest as published.
 var ErrConflict = errors.New("manifest: commit does not follow the sealed watermark")
 

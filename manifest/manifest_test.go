@@ -259,3 +259,31 @@ func TestACommitWhoseReplyWasLostIsNotAppliedTwice(t *testing.T) {
 		t.Fatalf("the owner is not fenced by its own lost reply: %v", err)
 	}
 }
+
+func TestAddReplicaRecordsEachLocationOnce(t *testing.T) {
+	ctx := context.Background()
+	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
+	st := NewStore(auth, cp)
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := part(0, 10)
+	if err := o.Commit(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := o.AddReplica(ctx, p.Key, "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.AddReplica(ctx, "nope", "b"); !errors.Is(err, ErrUnknownPart) {
+		t.Fatalf("unknown part: %v", err)
+	}
+	for _, b := range []*substrate.Bucket{auth, cp} {
+		m, err := LoadFrom(ctx, b, "s")
+		if err != nil || fmt.Sprint(m.Parts[0].Replicas) != "[a b]" {
+			t.Fatalf("%s: replicas %v, %v", b.Name(), m.Parts, err)
+		}
+	}
+}

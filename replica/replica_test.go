@@ -141,7 +141,7 @@ func TestAnUploadCopiesALocalPartToEveryTargetAndRecordsEach(t *testing.T) {
 	defer u.Close()
 	sealed := time.Now().Add(-time.Second)
 	j := Job{Shard: "s", Key: "k1", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b", "c"}, SealedAt: sealed}
-	if err := u.Enqueue(ctx, j); err != nil {
+	if err := u.Enqueue(j); err != nil {
 		t.Fatal(err)
 	}
 	if err := u.Flush(ctx); err != nil {
@@ -171,7 +171,7 @@ func TestABackfillReadsFromAReplicaAndAddsNoLagSample(t *testing.T) {
 	rec := &recorder{}
 	u := NewUploader(s, Options{TempDir: t.TempDir()}, rec.record)
 	defer u.Close()
-	u.Enqueue(ctx, Job{Shard: "s", Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
+	u.Enqueue(Job{Shard: "s", Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
 	u.Flush(ctx)
 	got, _, err := buckets["b"].Get(ctx, "k")
 	if err != nil || !bytes.Equal(got, data) {
@@ -192,7 +192,7 @@ func TestACorruptSourceIsNotCopied(t *testing.T) {
 	buckets["a"].PutBytes(ctx, "k", data)
 	u := NewUploader(s, Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond}, (&recorder{}).record)
 	defer u.Close()
-	u.Enqueue(ctx, Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
 	u.Flush(ctx)
 	if _, err := buckets["b"].Attributes(ctx, "k"); !errors.Is(err, substrate.ErrNotFound) {
 		t.Fatalf("a damaged part was copied: %v", err)
@@ -212,7 +212,7 @@ func TestAnObjectAlreadyThereIsRecordedAgain(t *testing.T) {
 	rec := &recorder{}
 	u := NewUploader(s, Options{}, rec.record)
 	defer u.Close()
-	u.Enqueue(ctx, Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}})
 	u.Flush(ctx)
 	if len(rec.seen) != 1 {
 		t.Fatalf("recorded %v: a copy already there must be recorded", rec.seen)
@@ -229,7 +229,7 @@ func TestAFailedUploadIsCountedAndReleasesFlush(t *testing.T) {
 	rec := &recorder{}
 	u := NewUploader(s, Options{Attempts: 3, BackoffMin: time.Millisecond}, rec.record)
 	defer u.Close()
-	u.Enqueue(ctx, Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now()})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now()})
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := u.Flush(fctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,9 @@ type Job struct {
 	// SealedAt is when the part was sealed in this process; zero for a backfill,
 	// which therefore adds no seal-to-durable lag sample.
 	SealedAt time.Time
+	// Done, if set, runs when the job ends, with nil once every target holds the
+	// part and is recorded: the caller may then drop a local source file.
+	Done func(error)
 }
 
 // Backfill reports a job for history: no seal time in this process.
@@ -116,7 +120,7 @@ type Uploader struct {
 	set    *Set
 	opts   Options
 	record Recorder
-	jobs   chan Job
+	wake   chan struct{} // a job was queued
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -124,7 +128,9 @@ type Uploader struct {
 	mu struct {
 		sync.Mutex
 		closed  bool
+		queue   []Job
 		pending map[string]int // part key → jobs queued or running
+		shards  map[string]int // shard → jobs queued or running
 		active  int
 		idle    chan struct{} // closed when active drops to 0
 	}
@@ -137,8 +143,9 @@ type Uploader struct {
 func NewUploader(set *Set, opts Options, record Recorder) *Uploader {
 	opts.ensureDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &Uploader{set: set, opts: opts, record: record, jobs: make(chan Job), ctx: ctx, cancel: cancel}
+	u := &Uploader{set: set, opts: opts, record: record, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	u.mu.pending = map[string]int{}
+	u.mu.shards = map[string]int{}
 	u.mu.idle = make(chan struct{})
 	close(u.mu.idle)
 	for range opts.Workers {
@@ -147,8 +154,9 @@ func NewUploader(set *Set, opts Options, record Recorder) *Uploader {
 	return u
 }
 
-// Enqueue queues j; it returns once a worker took it or ctx ends.
-func (u *Uploader) Enqueue(ctx context.Context, j Job) error {
+// Enqueue queues j without waiting: a seal must never wait for an upload. The
+// queue holds job descriptions only, not parts.
+func (u *Uploader) Enqueue(j Job) error {
 	u.mu.Lock()
 	if u.mu.closed {
 		u.mu.Unlock()
@@ -159,24 +167,45 @@ func (u *Uploader) Enqueue(ctx context.Context, j Job) error {
 	}
 	u.mu.active++
 	u.mu.pending[j.Key]++
+	u.mu.shards[j.Shard]++
+	u.mu.queue = append(u.mu.queue, j)
 	u.mu.Unlock()
 	select {
-	case u.jobs <- j:
-		return nil
-	case <-ctx.Done():
-		u.done(j)
-		return ctx.Err()
-	case <-u.ctx.Done():
-		u.done(j)
-		return ErrClosed
+	case u.wake <- struct{}{}:
+	default:
 	}
+	return nil
 }
 
-func (u *Uploader) done(j Job) {
+// next takes the next queued job.
+func (u *Uploader) next() (Job, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.mu.queue) == 0 {
+		return Job{}, false
+	}
+	j := u.mu.queue[0]
+	u.mu.queue = u.mu.queue[1:]
+	if len(u.mu.queue) > 0 { // let another worker take the next one
+		select {
+		case u.wake <- struct{}{}:
+		default:
+		}
+	}
+	return j, true
+}
+
+func (u *Uploader) done(j Job, err error) {
+	if j.Done != nil {
+		j.Done(err)
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.mu.pending[j.Key]--; u.mu.pending[j.Key] == 0 {
 		delete(u.mu.pending, j.Key)
+	}
+	if u.mu.shards[j.Shard]--; u.mu.shards[j.Shard] == 0 {
+		delete(u.mu.shards, j.Shard)
 	}
 	if u.mu.active--; u.mu.active == 0 {
 		close(u.mu.idle)
@@ -188,6 +217,13 @@ func (u *Uploader) Pending(key string) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.mu.pending[key] > 0
+}
+
+// Busy reports whether an upload of the shard's parts is queued or running.
+func (u *Uploader) Busy(shard string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.mu.shards[shard] > 0
 }
 
 // Flush waits until no upload is queued or running.
@@ -213,34 +249,42 @@ func (u *Uploader) Stats() Stats {
 	}
 }
 
-// Close stops taking jobs, cancels the running ones and waits for the workers.
+// Close stops taking jobs, cancels the running ones, drops the queued ones (each
+// told ErrClosed) and waits for the workers.
 func (u *Uploader) Close() {
 	u.mu.Lock()
 	u.mu.closed = true
+	queued := u.mu.queue
+	u.mu.queue = nil
 	u.mu.Unlock()
 	u.cancel()
 	u.wg.Wait()
+	for _, j := range queued {
+		u.done(j, ErrClosed)
+	}
 }
 
 func (u *Uploader) work() {
 	for {
+		if j, ok := u.next(); ok {
+			u.done(j, u.run(j))
+			continue
+		}
 		select {
 		case <-u.ctx.Done():
 			return
-		case j := <-u.jobs:
-			u.run(j)
-			u.done(j)
+		case <-u.wake:
 		}
 	}
 }
 
 // run copies j's part to each target and records each copy; a target that fails
 // every attempt fails the job, which a later backfill repairs (SPEC R9).
-func (u *Uploader) run(j Job) {
-	failed := false
+func (u *Uploader) run(j Job) error {
+	var errs []error
 	for _, target := range j.Targets {
 		if err := u.retry(func() error { return u.copyTo(j, target) }); err != nil {
-			failed = true
+			errs = append(errs, err)
 			continue
 		}
 		if j.Backfill() {
@@ -251,12 +295,12 @@ func (u *Uploader) run(j Job) {
 			u.stats.bytes.Add(uint64(j.Size))
 		}
 		if err := u.retry(func() error { return u.record(u.ctx, j, target) }); err != nil {
-			failed = true
+			errs = append(errs, fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
 		}
 	}
-	if failed {
+	if len(errs) > 0 {
 		u.stats.failures.Add(1)
-		return
+		return errors.Join(errs...)
 	}
 	if !j.Backfill() {
 		lag := u.opts.Now().Sub(j.SealedAt)
@@ -266,6 +310,7 @@ func (u *Uploader) run(j Job) {
 			u.opts.ObserveLag(lag)
 		}
 	}
+	return nil
 }
 
 func (u *Uploader) retry(f func() error) error {
@@ -380,3 +425,16 @@ func verify(r io.Reader, j Job) error {
 
 // ErrCorruptSource reports a source whose copy of a part fails its checks.
 var ErrCorruptSource = errors.New("replica: corrupt source")
+
+// CleanDir removes the temporary files of uploads a crash interrupted.
+func CleanDir(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "upload-*.part"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, os.Remove(f))
+	}
+	return errors.Join(errs...)
+}

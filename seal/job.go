@@ -24,13 +24,19 @@ type Job struct {
 	Epoch  uint64
 	Log    *wal.Log
 	Owner  *manifest.Owner
-	Bucket *substrate.Bucket // the first replica: parts are written here at seal
+	// Bucket is the first replica, named Replica: parts are written there at seal.
+	Bucket  *substrate.Bucket
+	Replica string
 	// Dir holds the part file while it is written and put.
 	Dir string
 	// BlockSize and Encoder are the part writer's (see part.Options).
 	BlockSize int
 	Encoder   *zstd.Encoder
 	Now       func() time.Time
+	// AfterCommit, if set, is told of each committed part and its local file; if it
+	// returns true it takes the file over (to copy it to the other replicas), else
+	// the seal removes it.
+	AfterCommit func(p manifest.Part, file string) (keep bool)
 }
 
 // Run seals the shard's oldest unsealed pages, up to budget record bytes but at
@@ -62,8 +68,13 @@ func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 		}
 	}
 	path, info, cut, err := j.writePart(ctx, m.Sealed, budget)
+	keep := false
 	if path != "" {
-		defer os.Remove(path)
+		defer func() {
+			if !keep {
+				os.Remove(path)
+			}
+		}()
 	}
 	if err != nil || info.Count == 0 {
 		return Result{}, err
@@ -74,13 +85,16 @@ func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 	}
 	p := manifest.Part{
 		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
-		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Bucket.Name()},
+		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
 	}
 	if err := j.Owner.Commit(ctx, p); err != nil {
 		if errors.Is(err, manifest.ErrFenced) || errors.Is(err, manifest.ErrReleased) {
 			err = errors.Join(err, ErrStopped)
 		}
 		return Result{}, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
+	}
+	if j.AfterCommit != nil {
+		keep = j.AfterCommit(p, path)
 	}
 	if err := j.truncate(info.Next()); err != nil {
 		return Result{}, err

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/wal"
 )
@@ -62,9 +64,44 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 }
 
 // readPart yields the records of p from *next on, advancing *next; more is false
-// when the caller stopped.
+// when the caller stopped. It reads from the replicas that hold p, in the set's
+// order, then from the others; on an error or a failed check it goes on, from the
+// next record due, at the next replica (SPEC M5).
 func (s *Shard) readPart(ctx context.Context, p manifest.Part, next *uint64, yield func(Record, error) bool) (more bool, err error) {
-	r, err := part.Open(objectReader{ctx, s.cfg.Bucket, p.Key}, p.Size, p.Key, nil)
+	var errs []error
+	holders := s.holders(p)
+	for _, sp := range holders {
+		more, err := s.readPartFrom(ctx, sp.Bucket, p, next, yield)
+		if err == nil {
+			return more, nil
+		}
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", sp.Name, err))
+	}
+	return false, fmt.Errorf("part %s: %w (%d tried): %w", p.Key, ErrNoReachableReplica, len(holders), errors.Join(errs...))
+}
+
+// ErrNoReachableReplica reports a part that no replica could serve.
+var ErrNoReachableReplica = errors.New("no reachable replica")
+
+// holders returns the replicas to read p from: those the manifest names, in the
+// set's order, then the rest of the set (a copy may exist that is not recorded yet).
+func (s *Shard) holders(p manifest.Part) []replica.Spec {
+	var named, rest []replica.Spec
+	for _, sp := range s.cfg.Replicas.Specs() {
+		if slices.Contains(p.Replicas, sp.Name) {
+			named = append(named, sp)
+		} else {
+			rest = append(rest, sp)
+		}
+	}
+	return append(named, rest...)
+}
+
+func (s *Shard) readPartFrom(ctx context.Context, b *substrate.Bucket, p manifest.Part, next *uint64, yield func(Record, error) bool) (more bool, err error) {
+	r, err := part.Open(objectReader{ctx, b, p.Key}, p.Size, p.Key, nil)
 	if err != nil {
 		return false, fmt.Errorf("part %s: %w", p.Key, err)
 	}

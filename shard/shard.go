@@ -25,8 +25,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
-	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/wal"
 )
 
@@ -58,8 +58,15 @@ type Observer interface {
 type Config struct {
 	Log    *wal.Log
 	Owner  *manifest.Owner
-	Bucket *substrate.Bucket // the first replica: parts are written and read here
-	Sealer *seal.Scheduler
+	// Replicas are where parts go: a seal writes to the first, reads try each.
+	Replicas *replica.Set
+	Sealer   *seal.Scheduler
+	// AfterCommit, if set, is told of each part a seal committed and its local file
+	// (see seal.Job.AfterCommit): the engine queues its copies to the other replicas.
+	AfterCommit func(p manifest.Part, file string) (keep bool)
+	// Uploading, if set, reports whether copies of the shard's parts are queued or
+	// running; Close waits for them before it releases the lease.
+	Uploading func() bool
 	// PartsDir holds part files while they are written.
 	PartsDir      string
 	BlockSize     int           // part block size; 0 means the default
@@ -95,7 +102,7 @@ func Open(id string, cfg Config, armed bool) (*Shard, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, err
 	}
-	if cfg.Log == nil || cfg.Owner == nil || cfg.Bucket == nil || cfg.Sealer == nil || cfg.Observer == nil ||
+	if cfg.Log == nil || cfg.Owner == nil || cfg.Replicas == nil || cfg.Sealer == nil || cfg.Observer == nil ||
 		cfg.OnClose == nil || cfg.Logger == nil || cfg.Now == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
@@ -160,6 +167,14 @@ func (s *Shard) Close(ctx context.Context) error {
 		}
 		if !res.Cut {
 			break
+		}
+	}
+	// The copies record their locations through this owner: let them finish.
+	for s.cfg.Uploading != nil && s.cfg.Uploading() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shard %q: close: waiting for uploads: %w", s.id, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	if err := s.cfg.Owner.Release(ctx); err != nil {
