@@ -236,8 +236,8 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		return nil, err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.mu.closed {
+		e.mu.Unlock()
 		owner.Release(ctx)
 		return nil, ErrClosed
 	}
@@ -251,10 +251,13 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		OnClose: func() { e.forget(id) },
 	}, armed)
 	if err != nil {
+		e.mu.Unlock()
 		return nil, err
 	}
 	e.mu.shards[id] = sh
 	e.mu.owners[id] = owner
+	e.mu.Unlock() // the backfill below looks up local part files under mu
+
 	if e.opts.BackfillOnOpen {
 		if _, err := e.backfill(id, owner); err != nil {
 			e.opts.Logger.Error("engine: backfill at open", "shard", id, "err", err)

@@ -42,7 +42,7 @@ func bucketFor(t testing.TB, dir string) *substrate.Bucket {
 // open opens an engine on opts, with the directory's bucket unless opts has one.
 func open(t *testing.T, opts Options) *Engine {
 	t.Helper()
-	if opts.Bucket == nil && opts.Dir != "" {
+	if opts.Bucket == nil && len(opts.Replicas) == 0 && opts.Dir != "" {
 		opts.Bucket = bucketFor(t, opts.Dir)
 	}
 	e, err := Open(context.Background(), opts)
