@@ -55,7 +55,10 @@ func TestAppendsAreCountedInTheRegistryAndTheSnapshot(t *testing.T) {
 	if m.Appends != 3 || m.AppendedRecords != 6 || m.AppendedBytes != 15 || m.AppendDuration <= 0 {
 		t.Fatalf("snapshot: %+v", m)
 	}
-	if n := m.WALFsyncs - before; n == 0 || n > 3 {
+	// Each sequential append syncs once; pebble may add a sync of its own, and
+	// records a sync's latency after it released the waiters, so the count read
+	// right after an append may trail by one.
+	if n := m.WALFsyncs - before; n < 2 || n > 5 {
 		t.Fatalf("%d fsyncs for 3 sequential appends", n)
 	}
 	if s := m.Shards["orders-7"]; s.UnsealedBytes != 15 || s.OldestUnsealed.IsZero() {

@@ -20,10 +20,10 @@ import (
 
 // Job is one shard's seal: what it reads, where it writes, and who commits.
 type Job struct {
-	Shard  string
-	Epoch  uint64
-	Log    *wal.Log
-	Owner  *manifest.Owner
+	Shard string
+	Epoch uint64
+	Log   *wal.Log
+	Owner *manifest.Owner
 	// Bucket is the first replica, named Replica: parts are written there at seal.
 	Bucket  *substrate.Bucket
 	Replica string

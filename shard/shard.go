@@ -56,8 +56,8 @@ type Observer interface {
 
 // Config is what the engine gives a shard. Every field is required unless said.
 type Config struct {
-	Log    *wal.Log
-	Owner  *manifest.Owner
+	Log   *wal.Log
+	Owner *manifest.Owner
 	// Replicas are where parts go: a seal writes to the first, reads try each.
 	Replicas *replica.Set
 	Sealer   *seal.Scheduler
