@@ -141,7 +141,12 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.mu.files = make(map[string]string)
 	e.metrics = newMetrics(e)
 	upOpts := opts.Upload
-	upOpts.ObserveLag = func(d time.Duration) { e.metrics.lag.Observe(d.Seconds()) }
+	upOpts.ObserveLag = func(d time.Duration) {
+		e.metrics.lag.Observe(d.Seconds())
+		if opts.Upload.ObserveLag != nil {
+			opts.Upload.ObserveLag(d)
+		}
+	}
 	e.uploader = replica.NewUploader(set, upOpts, e.recordReplica)
 	if err := e.metrics.register(opts.Registerer); err != nil {
 		e.uploader.Close()

@@ -58,7 +58,8 @@ type Options struct {
 	// recoverable copy.
 	BackfillOnOpen bool
 	// Upload configures the uploader: workers, attempts, backoff. Its TempDir
-	// defaults to Dir/uploads, its Now to Now.
+	// defaults to Dir/uploads, its Now to Now; its ObserveLag, if set, is called
+	// besides the engine's l0_upload_lag_seconds histogram.
 	Upload replica.Options
 	// Instance names this engine in the leases it holds. Default: an id created at
 	// the first Open of Dir and kept in Dir/instance, so a restarted engine takes

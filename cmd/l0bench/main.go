@@ -19,6 +19,12 @@
 //	                Retire; a new engine on the same directory opens the shard: the
 //	                time until it is sealed on the GCS emulator, beside a direct seal
 //	                of the same backlog. Target: 0.5 s.
+//	backfill        12 parts sealed on a local replica, a GCS emulator replica
+//	                attached: BackfillUnderReplicated + FlushAndWaitUploads, beside
+//	                raw puts of the same objects through the same client.
+//	lag             4 shards appending 4 MB/s in all, sealing every 1 MiB, copied to
+//	                a GCS emulator replica: seal → durable on every replica p50/p99,
+//	                beside a raw put of a part-sized object. Target: p99 ≤ 2 s.
 package main
 
 import (
@@ -43,25 +49,29 @@ import (
 var commit = ""
 
 type config struct {
-	scenarios   []string
-	sealMB      float64
-	inheritedMB float64
-	dir         string
-	results     string
-	rounds      int
-	duration    time.Duration
-	shards      []int
-	appenders   int
-	recordSize  int
-	batch       int
+	scenarios     []string
+	sealMB        float64
+	inheritedMB   float64
+	backfillParts int
+	backfillMB    float64
+	dir           string
+	results       string
+	rounds        int
+	duration      time.Duration
+	shards        []int
+	appenders     int
+	recordSize    int
+	batch         int
 }
 
 func main() {
 	var cfg config
 	var scenarios, shards string
-	flag.StringVar(&scenarios, "scenario", "append,seal,inherited-seal", "comma-separated scenarios to run: append, seal, inherited-seal")
+	flag.StringVar(&scenarios, "scenario", "append,seal,inherited-seal,backfill,lag", "comma-separated scenarios to run: append, seal, inherited-seal, backfill, lag")
 	flag.Float64Var(&cfg.sealMB, "seal-mb", 16, "seal: MB of records per seal")
 	flag.Float64Var(&cfg.inheritedMB, "inherited-mb", 2.5, "inherited-seal: MB of backlog")
+	flag.IntVar(&cfg.backfillParts, "backfill-parts", 12, "backfill: parts of history")
+	flag.Float64Var(&cfg.backfillMB, "backfill-mb", 2, "backfill: MB of records per part")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
 	flag.IntVar(&cfg.rounds, "rounds", 5, "runs of each contender; figures are their medians")
@@ -143,6 +153,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 		case "inherited-seal":
 			if err := inheritedScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "backfill":
+			if err := backfillScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "lag":
+			if err := lagScenario(ctx, cfg, root, out, results); err != nil {
 				return err
 			}
 		default:

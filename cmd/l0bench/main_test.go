@@ -68,16 +68,18 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 	}
 }
 
-// TestTheSealScenariosReportTheirFiguresBesideTheirBaselines runs seal and
-// inherited-seal on small backlogs.
+// TestTheSealScenariosReportTheirFiguresBesideTheirBaselines runs seal,
+// inherited-seal, backfill and lag on small backlogs.
 func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "results.jsonl")
-	cfg := config{scenarios: []string{"seal", "inherited-seal"}, dir: t.TempDir(), results: results, rounds: 1, sealMB: 0.5, inheritedMB: 0.2}
+	cfg := config{scenarios: []string{"seal", "inherited-seal", "backfill", "lag"}, dir: t.TempDir(), results: results, rounds: 1,
+		sealMB: 0.5, inheritedMB: 0.2, backfillParts: 2, backfillMB: 0.1, duration: 50 * time.Millisecond}
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target: sealed within 500ms"} {
+	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target: sealed within 500ms",
+		"BackfillUnderReplicated + FlushAndWaitUploads", "seal → durable on every replica"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
@@ -102,7 +104,7 @@ func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 		}
 		scenarios = append(scenarios, l.Scenario)
 	}
-	if strings.Join(scenarios, ",") != "seal,inherited-seal" {
+	if strings.Join(scenarios, ",") != "seal,inherited-seal,backfill,lag" {
 		t.Fatalf("result lines for %v", scenarios)
 	}
 }
