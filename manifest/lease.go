@@ -68,6 +68,10 @@ type Owner struct {
 		ver        substrate.Version
 		copyErrs   int // failed copy writes, for the caller's metrics
 	}
+	adds struct {
+		sync.Mutex
+		queue []*replicaAdd
+	}
 }
 
 // validity is when the owner must stop acknowledging, or why it already has.
@@ -214,18 +218,56 @@ func (o *Owner) Commit(ctx context.Context, p Part) error {
 // AddReplica records that replica holds the part under key, and publishes the
 // manifest to every substrate. Recording a replica the part already names is
 // success; a part the manifest does not name is ErrUnknownPart.
+//
+// Concurrent calls are published together: while one publish is in flight the
+// others queue, and the next publish carries all of them, so a backfill of many
+// parts costs a few manifest writes, not one per copy.
 func (o *Owner) AddReplica(ctx context.Context, key, replica string) error {
-	return o.update(ctx, func(m *Manifest) error {
-		i := slices.IndexFunc(m.Parts, func(p Part) bool { return p.Key == key })
-		switch {
-		case i < 0:
-			return fmt.Errorf("manifest %s: part %s: %w", m.Shard, key, ErrUnknownPart)
-		case slices.Contains(m.Parts[i].Replicas, replica):
-			return errAlreadyDone
+	req := &replicaAdd{key: key, replica: replica, done: make(chan error, 1)}
+	o.adds.Lock()
+	o.adds.queue = append(o.adds.queue, req)
+	o.adds.Unlock()
+
+	o.mu.Lock()
+	o.adds.Lock()
+	batch := o.adds.queue
+	o.adds.queue = nil
+	o.adds.Unlock()
+	if len(batch) > 0 { // else a publish before this one carried req
+		errs := make([]error, len(batch))
+		err := o.updateLocked(ctx, func(m *Manifest) error {
+			changed := false
+			for i, r := range batch {
+				errs[i] = nil
+				j := slices.IndexFunc(m.Parts, func(p Part) bool { return p.Key == r.key })
+				switch {
+				case j < 0:
+					errs[i] = fmt.Errorf("manifest %s: part %s: %w", m.Shard, r.key, ErrUnknownPart)
+				case !slices.Contains(m.Parts[j].Replicas, r.replica):
+					m.Parts[j].Replicas = append(m.Parts[j].Replicas, r.replica)
+					changed = true
+				}
+			}
+			if !changed {
+				return errAlreadyDone
+			}
+			return nil
+		})
+		for i, r := range batch {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+			r.done <- errs[i]
 		}
-		m.Parts[i].Replicas = append(m.Parts[i].Replicas, replica)
-		return nil
-	})
+	}
+	o.mu.Unlock()
+	return <-req.done
+}
+
+// replicaAdd is one AddReplica waiting to be published.
+type replicaAdd struct {
+	key, replica string
+	done         chan error
 }
 
 // ErrUnknownPart reports a part the manifest does not name.
@@ -260,6 +302,11 @@ func (o *Owner) Release(ctx context.Context) error {
 func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.updateLocked(ctx, change)
+}
+
+// updateLocked is update with o.mu held.
+func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) error {
 	if err := o.validity.Load().err; err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,6 +285,43 @@ func TestAddReplicaRecordsEachLocationOnce(t *testing.T) {
 		m, err := LoadFrom(ctx, b, "s")
 		if err != nil || fmt.Sprint(m.Parts[0].Replicas) != "[a b]" {
 			t.Fatalf("%s: replicas %v, %v", b.Name(), m.Parts, err)
+		}
+	}
+}
+
+// TestConcurrentAddReplicasShareAPublish: copies recorded at once are published
+// together, and every one of them is in the manifest.
+func TestConcurrentAddReplicasShareAPublish(t *testing.T) {
+	ctx := context.Background()
+	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Latency: 20 * time.Millisecond})
+	auth := bucket(t, "auth", fd)
+	st := NewStore(auth)
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const parts = 16
+	for i := range parts {
+		if err := o.Commit(ctx, part(uint64(i*10), 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := auth.Stats().Total(substrate.OpCompareAndSwap)
+	var wg sync.WaitGroup
+	for _, p := range o.Manifest().Parts {
+		wg.Go(func() {
+			if err := o.AddReplica(ctx, p.Key, "b"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := auth.Stats().Total(substrate.OpCompareAndSwap) - before; n >= parts/2 {
+		t.Fatalf("%d publishes for %d concurrent records: not grouped", n, parts)
+	}
+	for _, p := range o.Manifest().Parts {
+		if !slices.Contains(p.Replicas, "b") {
+			t.Fatalf("part %s lost its record", p.Key)
 		}
 	}
 }
