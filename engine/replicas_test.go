@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -308,5 +309,23 @@ func TestBackfillOnOpenCopiesTheShardsHistory(t *testing.T) {
 		if len(p.Replicas) != 2 {
 			t.Fatalf("part %s on %v", p.Key, p.Replicas)
 		}
+	}
+}
+
+// TestWithoutBackfillAnOpenWarnsOnceThatTheReplicasAreNotACopy: with backfill off and
+// parts short, the operator is told, once, what the healthy-looking gauges do not say.
+func TestWithoutBackfillAnOpenWarnsOnceThatTheReplicasAreNotACopy(t *testing.T) {
+	h := newHistory(t)
+	var logs strings.Builder
+	opts := h.options(true)
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := open(t, opts)
+	openShard(t, e, "s")
+	openShard(t, e, "t") // an empty shard: nothing to say
+	if n := strings.Count(logs.String(), "not a recoverable copy"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "BackfillOnOpen") {
+		t.Fatalf("the warning does not say how to turn backfill on:\n%s", logs.String())
 	}
 }
