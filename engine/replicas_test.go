@@ -329,3 +329,39 @@ func TestWithoutBackfillAnOpenWarnsOnceThatTheReplicasAreNotACopy(t *testing.T) 
 		t.Fatalf("the warning does not say how to turn backfill on:\n%s", logs.String())
 	}
 }
+
+// TestAReadFallsBackToTheNextReplicaOnCorruption: a part damaged on the first replica
+// is read from the second; damaged on both, the read fails naming it.
+func TestAReadFallsBackToTheNextReplicaOnCorruption(t *testing.T) {
+	ctx := context.Background()
+	h := newHistory(t)
+	e, sh := h.attach(t)
+	if _, err := e.BackfillUnderReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, e)
+	damage := func(b *substrate.Bucket, key string) {
+		data, _, err := b.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[len(data)/2] ^= 0x40
+		if _, err := b.PutBytes(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damage(h.local, h.parts[1])
+	if got := readAll(t, sh, 0); !equal(got, h.records) {
+		t.Fatalf("%d records of %d with the first replica's copy damaged", len(got), len(h.records))
+	}
+	damage(h.gcs, h.parts[1])
+	var err error
+	for _, err = range sh.Read(ctx, 0) {
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, shard.ErrNoReachableReplica) || !strings.Contains(err.Error(), h.parts[1]) {
+		t.Fatalf("both copies damaged: %v", err)
+	}
+}
