@@ -7,10 +7,11 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/l0store/l0/internal/fsutil"
 )
 
 // partCRCTail is how many bytes at a part's end its part CRC does not cover: the CRC
@@ -427,14 +428,4 @@ func verify(r io.Reader, j Job) error {
 var ErrCorruptSource = errors.New("replica: corrupt source")
 
 // CleanDir removes the temporary files of uploads a crash interrupted.
-func CleanDir(dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "upload-*.part"))
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, f := range files {
-		errs = append(errs, os.Remove(f))
-	}
-	return errors.Join(errs...)
-}
+func CleanDir(dir string) error { return fsutil.RemoveMatching(dir, "upload-*.part") }

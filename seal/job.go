@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
@@ -185,14 +185,4 @@ func nonce() string {
 }
 
 // CleanDir removes part files that a crash left in dir: no manifest names them.
-func CleanDir(dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "seal-*.part"))
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, f := range files {
-		errs = append(errs, os.Remove(f))
-	}
-	return errors.Join(errs...)
-}
+func CleanDir(dir string) error { return fsutil.RemoveMatching(dir, "seal-*.part") }

@@ -204,14 +204,12 @@ func appendScenario(ctx context.Context, cfg config, root string, out, results i
 		return err
 	}
 	fmt.Fprintln(out)
-	enc := json.NewEncoder(results)
 	for i, c := range cs {
 		if c.shards == 0 {
 			continue
 		}
 		f := figs[i]
-		err := enc.Encode(resultLine{
-			Time:     time.Now().UTC().Format(time.RFC3339),
+		err := emit(results, resultLine{
 			Scenario: "append",
 			Params: map[string]any{
 				"shards": c.shards, "appenders": p.appenders, "record_size": p.recordSize,
@@ -226,13 +224,18 @@ func appendScenario(ctx context.Context, cfg config, root string, out, results i
 				"ack_p50_vs_raw_append_fdatasync":   ratio(f.P50Ms, base[rawAppend].P50Ms),
 				"ack_p99_vs_raw_append_fdatasync":   ratio(f.P99Ms, base[rawAppend].P99Ms),
 			},
-			Env: envInfo(),
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// emit appends l to the results file, stamped with the time and the environment.
+func emit(results io.Writer, l resultLine) error {
+	l.Time, l.Env = time.Now().UTC().Format(time.RFC3339), envInfo()
+	return json.NewEncoder(results).Encode(l)
 }
 
 // resultLine is one line of the results file: one scenario run in one configuration.

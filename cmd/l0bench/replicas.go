@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -151,13 +150,12 @@ func backfillScenario(ctx context.Context, cfg config, root string, out, results
 		return err
 	}
 	fmt.Fprintln(out)
-	return json.NewEncoder(results).Encode(resultLine{
-		Time: time.Now().UTC().Format(time.RFC3339), Scenario: "backfill",
+	return emit(results, resultLine{
+		Scenario:  "backfill",
 		Params:    map[string]any{"parts": parts, "object_bytes": size, "rounds": cfg.rounds, "substrate": "gcs-emulator", "workers": 4},
 		Figures:   map[string]float64{"mb_per_s": mbps(fm), "ms": ms(fm)},
 		Baselines: map[string]map[string]float64{"raw_put_same_client": {"mb_per_s": mbps(rm), "ms": ms(rm)}},
 		Ratios:    map[string]float64{"mb_per_s_vs_raw_put": ratio(mbps(fm), mbps(rm))},
-		Env:       envInfo(),
 	})
 }
 
@@ -266,13 +264,12 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		met = "NOT met"
 	}
 	fmt.Fprintf(out, "target: p99 within 2 s against the local emulators: %s\n\n", met)
-	return json.NewEncoder(results).Encode(resultLine{
-		Time: time.Now().UTC().Format(time.RFC3339), Scenario: "lag",
+	return emit(results, resultLine{
+		Scenario:  "lag",
 		Params:    map[string]any{"shards": shards, "rate_mb_per_s": rateMBps, "seal_bytes": 1 << 20, "seconds": duration.Seconds(), "parts": len(samples)},
 		Figures:   map[string]float64{"lag_p50_ms": ms(pct(samples, .5)), "lag_p99_ms": ms(pct(samples, .99)), "lag_max_ms": ms(slices.Max(samples))},
 		Baselines: map[string]map[string]float64{"raw_put_part_size": {"p50_ms": ms(pct(puts, .5)), "p99_ms": ms(pct(puts, .99))}},
 		Ratios:    map[string]float64{"lag_p99_vs_raw_put_p99": ratio(ms(pct(samples, .99)), ms(pct(puts, .99)))},
-		Env:       envInfo(),
 	})
 }
 

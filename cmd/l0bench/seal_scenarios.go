@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -62,13 +61,12 @@ func sealScenario(ctx context.Context, cfg config, root string, out, results io.
 		return err
 	}
 	fmt.Fprintln(out)
-	return json.NewEncoder(results).Encode(resultLine{
-		Time: time.Now().UTC().Format(time.RFC3339), Scenario: "seal",
+	return emit(results, resultLine{
+		Scenario:  "seal",
 		Params:    map[string]any{"raw_bytes": raw, "record_size": recordSize, "rounds": cfg.rounds, "substrate": "local"},
 		Figures:   map[string]float64{"mb_per_s": mbps(sealMed), "ms": ms(sealMed)},
 		Baselines: map[string]map[string]float64{"zstd_speedfastest_1core": {"mb_per_s": mbps(zstdMed), "ms": ms(zstdMed)}},
 		Ratios:    map[string]float64{"mb_per_s_vs_zstd": ratio(mbps(sealMed), mbps(zstdMed))},
-		Env:       envInfo(),
 	})
 }
 
@@ -110,12 +108,11 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 		return err
 	}
 	fmt.Fprintf(out, "target: sealed within %s of the open: %s (the behaviour this replaces waited for the 45 s age trigger)\n\n", target, met)
-	return json.NewEncoder(results).Encode(resultLine{
-		Time: time.Now().UTC().Format(time.RFC3339), Scenario: "inherited-seal",
+	return emit(results, resultLine{
+		Scenario:  "inherited-seal",
 		Params:    map[string]any{"raw_bytes": raw, "record_size": recordSize, "rounds": cfg.rounds, "substrate": "gcs-emulator", "age_trigger_s": 3600},
 		Figures:   map[string]float64{"open_to_sealed_ms": ms(openMed), "worst_ms": ms(slices.Max(opens)), "target_ms": ms(target)},
 		Baselines: map[string]map[string]float64{"direct_seal": {"ms": ms(directMed)}},
 		Ratios:    map[string]float64{"open_to_sealed_vs_direct_seal": ratio(ms(openMed), ms(directMed))},
-		Env:       envInfo(),
 	})
 }
