@@ -331,7 +331,9 @@ func (e *Engine) openShards() []*shard.Shard {
 	return out
 }
 
-// renewLeases renews every owned shard's lease each RenewEvery.
+// renewLeases renews every owned shard's lease each RenewEvery, up to
+// renewConcurrency at a time: sequential renewals of thousands of shards would take
+// longer than the interval and let leases lapse.
 func (e *Engine) renewLeases() {
 	defer close(e.done)
 	t := time.NewTicker(e.opts.RenewEvery)
@@ -348,15 +350,25 @@ func (e *Engine) renewLeases() {
 			owners[id] = o
 		}
 		e.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
+		sem := make(chan struct{}, renewConcurrency)
+		var wg sync.WaitGroup
 		for id, o := range owners {
-			ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
-			if err := o.Renew(ctx); err != nil && !errors.Is(err, manifest.ErrReleased) {
-				e.opts.Logger.Warn("engine: lease renewal failed", "shard", id, "err", err)
-			}
-			cancel()
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := o.Renew(ctx); err != nil && !errors.Is(err, manifest.ErrReleased) {
+					e.opts.Logger.Warn("engine: lease renewal failed", "shard", id, "err", err)
+				}
+			})
 		}
+		wg.Wait()
+		cancel()
 	}
 }
+
+// renewConcurrency bounds the lease renewals in flight.
+const renewConcurrency = 32
 
 // Close retires every shard still open (each stops intake, waits for its appends in
 // flight and releases its lease without sealing: the next open on this Dir seals

@@ -25,6 +25,10 @@
 //	lag             4 shards appending 4 MB/s in all, sealing every 1 MiB, copied to
 //	                a GCS emulator replica: seal → durable on every replica p50/p99,
 //	                beside a raw put of a part-sized object. Target: p99 ≤ 2 s.
+//	idle            -idle-shards shards open, nothing unsealed, idle for -idle-for:
+//	                object-store operations per minute (target: one conditional
+//	                write per shard per renewal interval, nothing else) and RSS
+//	                (target: under 256 MiB for 1,000 shards).
 package main
 
 import (
@@ -54,6 +58,8 @@ type config struct {
 	inheritedMB   float64
 	backfillParts int
 	backfillMB    float64
+	idleShards    int
+	idleFor       time.Duration
 	dir           string
 	results       string
 	rounds        int
@@ -67,11 +73,13 @@ type config struct {
 func main() {
 	var cfg config
 	var scenarios, shards string
-	flag.StringVar(&scenarios, "scenario", "append,seal,inherited-seal,backfill,lag", "comma-separated scenarios to run: append, seal, inherited-seal, backfill, lag")
+	flag.StringVar(&scenarios, "scenario", "append,seal,inherited-seal,backfill,lag,idle", "comma-separated scenarios to run: append, seal, inherited-seal, backfill, lag, idle")
 	flag.Float64Var(&cfg.sealMB, "seal-mb", 16, "seal: MB of records per seal")
 	flag.Float64Var(&cfg.inheritedMB, "inherited-mb", 2.5, "inherited-seal: MB of backlog")
 	flag.IntVar(&cfg.backfillParts, "backfill-parts", 12, "backfill: parts of history")
 	flag.Float64Var(&cfg.backfillMB, "backfill-mb", 2, "backfill: MB of records per part")
+	flag.IntVar(&cfg.idleShards, "idle-shards", 1000, "idle: shards open")
+	flag.DurationVar(&cfg.idleFor, "idle-for", 20*time.Second, "idle: how long the engine idles (two renewal intervals)")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
 	flag.IntVar(&cfg.rounds, "rounds", 5, "runs of each contender; figures are their medians")
@@ -161,6 +169,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 		case "lag":
 			if err := lagScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "idle":
+			if err := idleScenario(ctx, cfg, root, out, results); err != nil {
 				return err
 			}
 		default:
