@@ -101,12 +101,12 @@ func runL0(ctx context.Context, dir string, p appendParams, shards int) (sample,
 	if err != nil {
 		return sample{}, err
 	}
-	bucket, err := substrate.New(store, substrate.Options{Name: "local"})
+	bucket, err := substrate.New(store, substrate.Options{Name: "local", Registerer: bucketRegisterer()})
 	if err != nil {
 		return sample{}, err
 	}
 	defer bucket.Close()
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket})
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer("append")})
 	if err != nil {
 		return sample{}, err
 	}

@@ -38,7 +38,7 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 	const renew = 10 * time.Second // the default
 	e, err := engine.Open(ctx, engine.Options{
 		Dir: filepath.Join(root, "idle"), Replicas: []replica.Spec{{Name: "gcs", Domain: "cloud", Bucket: bucket}},
-		Seal: quietSeal(), RenewEvery: renew,
+		Seal: quietSeal(), RenewEvery: renew, Registerer: engineRegisterer("idle"),
 	})
 	if err != nil {
 		return err

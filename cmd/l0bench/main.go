@@ -37,6 +37,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -47,6 +49,10 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // commit is set by the Makefile (-ldflags -X main.commit=...).
@@ -89,6 +95,7 @@ func main() {
 	flag.IntVar(&cfg.recordSize, "record-size", 1024, "append: record size in bytes")
 	flag.IntVar(&cfg.batch, "batch", 16, "append: records per append")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	metricsAddr := flag.String("metrics-addr", "", "serve the engines' and buckets' Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9464")
 	flag.Parse()
 	cfg.scenarios = strings.Split(scenarios, ",")
 	var err error
@@ -109,6 +116,13 @@ func main() {
 			fatalf("-cpuprofile: %v", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *metricsAddr != "" {
+		stopMetrics, err := serveMetrics(*metricsAddr)
+		if err != nil {
+			fatalf("-metrics-addr: %v", err)
+		}
+		defer stopMetrics()
 	}
 	if err := run(ctx, cfg, os.Stdout); err != nil {
 		pprof.StopCPUProfile()
@@ -331,4 +345,41 @@ func (p *progress) done() {
 	if p.shown {
 		fmt.Fprintln(os.Stderr)
 	}
+}
+
+// metricsRegistry holds the metrics served by -metrics-addr; nil without the flag.
+var metricsRegistry *prometheus.Registry
+
+// serveMetrics starts serving metricsRegistry at addr.
+func serveMetrics(addr string) (stop func(), err error) {
+	metricsRegistry = prometheus.NewRegistry()
+	metricsRegistry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metricsRegistry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	fmt.Fprintf(os.Stderr, "l0bench: metrics at http://%s/metrics\n", l.Addr())
+	return func() { srv.Close() }, nil
+}
+
+// engineRegisterer is the Registerer of an engine of the run, labelled so that two
+// engines open at once do not collide; nil without -metrics-addr.
+func engineRegisterer(engine string) prometheus.Registerer {
+	if metricsRegistry == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"engine": engine}, metricsRegistry)
+}
+
+// bucketRegisterer is the Registerer of the run's buckets; nil without
+// -metrics-addr.
+func bucketRegisterer() prometheus.Registerer {
+	if metricsRegistry == nil {
+		return nil
+	}
+	return metricsRegistry
 }

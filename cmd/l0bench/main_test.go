@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,37 @@ func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 	}
 	if strings.Join(scenarios, ",") != "seal,inherited-seal,backfill,lag,idle" {
 		t.Fatalf("result lines for %v", scenarios)
+	}
+}
+
+// TestMetricsAddrServesTheEnginesMetricsWhileRunning: with -metrics-addr the run's
+// engines register their l0_ metrics on the served registry.
+func TestMetricsAddrServesTheEnginesMetricsWhileRunning(t *testing.T) {
+	stop, err := serveMetrics("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); metricsRegistry = nil }()
+	cfg := config{scenarios: []string{"append"}, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "r.jsonl"), rounds: 1,
+		duration: 50 * time.Millisecond, shards: []int{1}, appenders: 2, recordSize: 1024, batch: 16}
+	reg := engineRegisterer("append")
+	if reg == nil {
+		t.Fatal("no registerer with -metrics-addr")
+	}
+	if err := run(t.Context(), cfg, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	families, err := metricsRegistry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	for _, want := range []string{"l0_substrate_operations_total", "go_goroutines"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("%s not served; served: %v", want, names)
+		}
 	}
 }

@@ -55,7 +55,7 @@ func runBackfill(ctx context.Context, dir string, g *gcsTarget, parts int, recs 
 		return 0, 0, 0, err
 	}
 	defer remote.Close()
-	e, err = engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local",
+	e, err = engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local", Registerer: engineRegisterer("backfill"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: "gcs", Domain: "cloud", Bucket: remote}}})
 	if err != nil {
 		return 0, 0, 0, err
@@ -182,7 +182,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	var lags []time.Duration
 	const shards, rateMBps = 4, 4.0
 	e, err := engine.Open(ctx, engine.Options{
-		Dir: filepath.Join(root, "lag-engine"), Authority: "local",
+		Dir: filepath.Join(root, "lag-engine"), Authority: "local", Registerer: engineRegisterer("lag"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: "gcs", Domain: "cloud", Bucket: remote}},
 		Seal:     seal.Options{SizeBytes: 1 << 20, Age: time.Hour, Interval: 50 * time.Millisecond},
 		Upload: replica.Options{ObserveLag: func(d time.Duration) {

@@ -46,7 +46,7 @@ func localBucket(dir string) (*substrate.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	return substrate.New(d, substrate.Options{Name: "local"})
+	return substrate.New(d, substrate.Options{Name: "local", Registerer: bucketRegisterer()})
 }
 
 // gcsTarget is the GCS emulator the scenarios write to: fake-gcs-server in this
@@ -83,7 +83,7 @@ func (g *gcsTarget) newBucket(ctx context.Context) (*substrate.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	return substrate.New(d, substrate.Options{Name: "gcs"})
+	return substrate.New(d, substrate.Options{Name: "gcs", Registerer: bucketRegisterer()})
 }
 
 // quietSeal never seals on its own: the scenarios decide when.
@@ -94,7 +94,7 @@ func quietSeal() seal.Options {
 // backlog opens an engine in dir on bucket and appends recs to shard id in batches
 // of 16.
 func backlog(ctx context.Context, dir string, bucket *substrate.Bucket, id string, recs [][]byte) (*engine.Engine, *shard.Shard, error) {
-	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal()})
+	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("backlog")})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,7 +172,7 @@ func runInherited(ctx context.Context, dir string, g *gcsTarget, recs [][]byte) 
 	if err := e.Close(); err != nil {
 		return 0, 0, err
 	}
-	e, err = engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal()})
+	e, err = engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("inherited")})
 	if err != nil {
 		return 0, 0, err
 	}
