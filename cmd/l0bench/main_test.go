@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"encoding/xml"
 	"io"
 	"os"
 	"path/filepath"
@@ -142,5 +143,41 @@ func TestMetricsAddrServesTheEnginesMetricsWhileRunning(t *testing.T) {
 		if !slices.Contains(names, want) {
 			t.Fatalf("%s not served; served: %v", want, names)
 		}
+	}
+}
+
+// TestTheLatencyScenarioDrawsItsLevels: every offered level is in the result line and
+// the SVG is well-formed XML with a line per percentile.
+func TestTheLatencyScenarioDrawsItsLevels(t *testing.T) {
+	results := filepath.Join(t.TempDir(), "r.jsonl")
+	cfg := config{scenarios: []string{"latency"}, dir: t.TempDir(), results: results, rounds: 1,
+		duration: 100 * time.Millisecond, appenders: 4, recordSize: 1024, batch: 16}
+	if err := run(t.Context(), cfg, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(strings.TrimSuffix(results, ".jsonl") + "-latency.svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	lines := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the SVG is not well-formed: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			lines++
+		}
+	}
+	if lines != 3 {
+		t.Fatalf("%d percentile lines, want 3", lines)
+	}
+	data, _ := os.ReadFile(results)
+	if !strings.Contains(string(data), `"levels"`) || strings.Count(string(data), `"fraction_of_saturation"`) != len(loadFractions) {
+		t.Fatalf("result line: %s", data)
 	}
 }
