@@ -33,8 +33,6 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 		return err
 	}
 	defer bucket.Close()
-	runtime.GC()
-	rssBefore := currentRSS()
 	const renew = 10 * time.Second // the default
 	e, err := engine.Open(ctx, engine.Options{
 		Dir: filepath.Join(root, "idle"), Replicas: []replica.Spec{{Name: "gcs", Domain: "cloud", Bucket: bucket}},
@@ -69,7 +67,9 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 		return setupErr
 	}
 	runtime.GC()
-	rss := currentRSS() - rssBefore
+	// The whole process: an upper bound on the engine's share, since it includes
+	// the in-process emulator and what earlier scenarios left to the Go runtime.
+	rss := currentRSS()
 	before := bucket.Stats()
 	start := time.Now()
 	for time.Since(start) < cfg.idleFor {
@@ -96,7 +96,7 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 	fmt.Fprintln(tw, "figure\tvalue\ttarget\t")
 	fmt.Fprintf(tw, "object-store operations per minute\t%.0f\t-\t\n", perMin)
 	fmt.Fprintf(tw, "conditional writes per shard per renewal interval\t%.2f\t≤ 1, and nothing else: %s\t\n", perShardPerRenewal, met)
-	fmt.Fprintf(tw, "RSS of the engine with every shard open\t%.1f MiB\t< 256 MiB for 1,000 shards: %s\t\n", float64(rss)/(1<<20), memMet)
+	fmt.Fprintf(tw, "process RSS with every shard open (emulator included)\t%.1f MiB\t< 256 MiB for 1,000 shards: %s\t\n", float64(rss)/(1<<20), memMet)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
