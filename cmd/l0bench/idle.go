@@ -17,7 +17,7 @@ import (
 	"github.com/l0store/l0/substrate"
 )
 
-// idleScenario opens -idle-shards shards on the GCS emulator, with nothing unsealed,
+// idleScenario opens -idle-shards shards on the remote (-remote), with nothing unsealed,
 // then leaves the engine idle and counts its object-store operations: an idle engine
 // should do nothing but renew leases, at most one conditional write per owned shard
 // per renewal interval (the default 10 s). It also reports the engine's RSS with
@@ -35,7 +35,7 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 	defer bucket.Close()
 	const renew = 10 * time.Second // the default
 	e, err := engine.Open(ctx, engine.Options{
-		Dir: filepath.Join(root, "idle"), Replicas: []replica.Spec{{Name: "gcs", Domain: "cloud", Bucket: bucket}},
+		Dir: filepath.Join(root, "idle"), Replicas: []replica.Spec{{Name: g.kind, Domain: "cloud", Bucket: bucket}},
 		Seal: quietSeal(), RenewEvery: renew, Registerer: engineRegisterer("idle"),
 	})
 	if err != nil {
@@ -90,8 +90,8 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 	if rss > 256<<20 {
 		memMet = "NOT met"
 	}
-	fmt.Fprintf(out, "idle · %d shards open, nothing unsealed, idle for %s on the GCS emulator · lease renewed every %s\n",
-		cfg.idleShards, elapsed.Round(time.Second), renew)
+	fmt.Fprintf(out, "idle · %d shards open, nothing unsealed, idle for %s on %s (%s) · lease renewed every %s\n",
+		cfg.idleShards, elapsed.Round(time.Second), g.kind, g.endpoint, renew)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tvalue\ttarget\t")
 	fmt.Fprintf(tw, "object-store operations per minute\t%.0f\t-\t\n", perMin)
@@ -103,7 +103,7 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 	fmt.Fprintln(out)
 	return emit(results, resultLine{
 		Scenario: "idle",
-		Params:   map[string]any{"shards": cfg.idleShards, "seconds": elapsed.Seconds(), "renew_seconds": renew.Seconds(), "substrate": "gcs-emulator"},
+		Params:   map[string]any{"shards": cfg.idleShards, "seconds": elapsed.Seconds(), "renew_seconds": renew.Seconds(), "substrate": g.kind},
 		Figures: map[string]float64{"ops_per_minute": perMin, "conditional_writes_per_shard_per_renewal": perShardPerRenewal,
 			"other_ops": float64(ops - cond), "rss_bytes": float64(rss)},
 		Baselines: map[string]map[string]float64{"target": {"conditional_writes_per_shard_per_renewal": 1, "rss_bytes_per_1000_shards": 256 << 20}},

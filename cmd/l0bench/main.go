@@ -99,12 +99,16 @@ func main() {
 	flag.IntVar(&cfg.recordSize, "record-size", 1024, "append: record size in bytes")
 	flag.IntVar(&cfg.batch, "batch", 16, "append: records per append")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&remoteKind, "remote", "gcs", "the remote replica of inherited-seal, backfill, lag and idle: gcs (in-process fake-gcs-server, or STORAGE_EMULATOR_HOST) or s3 (AWS_ENDPOINT_URL, or versitygw as a process)")
 	metricsAddr := flag.String("metrics-addr", "", "serve the engines' and buckets' Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9464")
 	flag.Parse()
 	cfg.scenarios = strings.Split(scenarios, ",")
 	var err error
 	if cfg.shards, err = parseInts(shards); err != nil {
 		fatalf("-shards: %v", err)
+	}
+	if remoteKind != "gcs" && remoteKind != "s3" {
+		fatalf("-remote: %q is neither gcs nor s3", remoteKind)
 	}
 	if cfg.rounds < 1 || cfg.appenders < 1 || cfg.recordSize < 1 || cfg.batch < 1 || cfg.duration <= 0 {
 		fatalf("-rounds, -appenders, -record-size, -batch and -duration must be positive")

@@ -181,3 +181,18 @@ func TestTheLatencyScenarioDrawsItsLevels(t *testing.T) {
 		t.Fatalf("result line: %s", data)
 	}
 }
+
+// TestTheRemoteCanBeS3: -remote s3 runs the replica scenarios against versitygw.
+func TestTheRemoteCanBeS3(t *testing.T) {
+	remoteKind = "s3"
+	defer func() { remoteKind = "gcs" }()
+	var out bytes.Buffer
+	cfg := config{scenarios: []string{"backfill"}, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "r.jsonl"), rounds: 1,
+		backfillParts: 2, backfillMB: 0.1}
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "remote replica (s3 http://127.0.0.1:") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+}

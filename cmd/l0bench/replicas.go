@@ -20,7 +20,7 @@ import (
 // GCS emulator bucket, and times BackfillUnderReplicated + FlushAndWaitUploads; then,
 // as the baseline, puts the same objects to another fresh bucket through the same
 // client with as many writers as the uploader has workers.
-func runBackfill(ctx context.Context, dir string, g *gcsTarget, parts int, recs [][]byte) (backfill, raw time.Duration, bytes int64, err error) {
+func runBackfill(ctx context.Context, dir string, g *remote, parts int, recs [][]byte) (backfill, raw time.Duration, bytes int64, err error) {
 	local, err := localBucket(filepath.Join(dir, "local"))
 	if err != nil {
 		return 0, 0, 0, err
@@ -56,7 +56,7 @@ func runBackfill(ctx context.Context, dir string, g *gcsTarget, parts int, recs 
 	}
 	defer remote.Close()
 	e, err = engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local", Registerer: engineRegisterer("backfill"),
-		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: "gcs", Domain: "cloud", Bucket: remote}}})
+		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remote}}})
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -140,8 +140,8 @@ func backfillScenario(ctx context.Context, cfg config, root string, out, results
 	prog.done()
 	mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
 	fm, rm := medianDuration(fills), medianDuration(raws)
-	fmt.Fprintf(out, "backfill · %d parts, %.1f MB of part objects, from a local replica to an attached GCS emulator replica (%s) · median of %d\n",
-		parts, float64(size)/1e6, g.endpoint, cfg.rounds)
+	fmt.Fprintf(out, "backfill · %d parts, %.1f MB of part objects, from a local replica to an attached remote replica (%s %s) · median of %d\n",
+		parts, float64(size)/1e6, g.kind, g.endpoint, cfg.rounds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tMB/s\tms\tvs raw\t")
 	fmt.Fprintf(tw, "BackfillUnderReplicated + FlushAndWaitUploads\t%.1f\t%.1f\t%.2fx\t\n", mbps(fm), ms(fm), ratio(mbps(fm), mbps(rm)))
@@ -152,7 +152,7 @@ func backfillScenario(ctx context.Context, cfg config, root string, out, results
 	fmt.Fprintln(out)
 	return emit(results, resultLine{
 		Scenario:  "backfill",
-		Params:    map[string]any{"parts": parts, "object_bytes": size, "rounds": cfg.rounds, "substrate": "gcs-emulator", "workers": 4},
+		Params:    map[string]any{"parts": parts, "object_bytes": size, "rounds": cfg.rounds, "substrate": g.kind, "workers": 4},
 		Figures:   map[string]float64{"mb_per_s": mbps(fm), "ms": ms(fm)},
 		Baselines: map[string]map[string]float64{"raw_put_same_client": {"mb_per_s": mbps(rm), "ms": ms(rm)}},
 		Ratios:    map[string]float64{"mb_per_s_vs_raw_put": ratio(mbps(fm), mbps(rm))},
@@ -183,7 +183,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	const shards, rateMBps = 4, 4.0
 	e, err := engine.Open(ctx, engine.Options{
 		Dir: filepath.Join(root, "lag-engine"), Authority: "local", Registerer: engineRegisterer("lag"),
-		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: "gcs", Domain: "cloud", Bucket: remote}},
+		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remote}},
 		Seal:     seal.Options{SizeBytes: 1 << 20, Age: time.Hour, Interval: 50 * time.Millisecond},
 		Upload: replica.Options{ObserveLag: func(d time.Duration) {
 			mu.Lock()
@@ -250,8 +250,8 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		slices.Sort(s)
 		return s[min(len(s)-1, int(p*float64(len(s))))]
 	}
-	fmt.Fprintf(out, "lag · %d shards at %.0f MB/s in all, sealing every 1 MiB onto a local replica, copied to a GCS emulator replica · %s · %d parts\n",
-		shards, rateMBps, duration, len(samples))
+	fmt.Fprintf(out, "lag · %d shards at %.0f MB/s in all, sealing every 1 MiB onto a local replica, copied to a %s replica (%s) · %s · %d parts\n",
+		shards, rateMBps, g.kind, g.endpoint, duration, len(samples))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tp50 ms\tp99 ms\tmax ms\t")
 	fmt.Fprintf(tw, "seal → durable on every replica\t%.1f\t%.1f\t%.1f\t\n", ms(pct(samples, .5)), ms(pct(samples, .99)), ms(slices.Max(samples)))

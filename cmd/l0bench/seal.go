@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/klauspost/compress/zstd"
 	"google.golang.org/api/option"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
+	"github.com/l0store/l0/substrate/s3"
 )
 
 // events returns n synthetic JSON events of about size bytes: the kind of record an
@@ -49,27 +52,53 @@ func localBucket(dir string) (*substrate.Bucket, error) {
 	return substrate.New(d, substrate.Options{Name: "local", Registerer: bucketRegisterer()})
 }
 
-// gcsTarget is the GCS emulator the scenarios write to: fake-gcs-server in this
-// process, or the one STORAGE_EMULATOR_HOST names.
-type gcsTarget struct {
+// remote is the object store the scenarios write their remote replica to: by
+// default fake-gcs-server in this process; with -remote gcs and STORAGE_EMULATOR_HOST
+// set, that server; with -remote s3, the server at AWS_ENDPOINT_URL (credentials from
+// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), else versitygw started as a process.
+type remote struct {
+	kind     string // "gcs" or "s3"
 	endpoint string
 	stop     func()
 	buckets  atomic.Int64
+	// for s3
+	accessKey, secretKey string
 }
 
-func startGCS() (*gcsTarget, error) {
+// remoteKind is the -remote flag.
+var remoteKind = "gcs"
+
+func startGCS() (*remote, error) {
+	if remoteKind == "s3" {
+		return startS3()
+	}
 	if host := os.Getenv("STORAGE_EMULATOR_HOST"); host != "" {
-		return &gcsTarget{endpoint: "http://" + host + "/storage/v1/", stop: func() {}}, nil
+		return &remote{kind: "gcs", endpoint: "http://" + host + "/storage/v1/", stop: func() {}}, nil
 	}
 	srv, err := emulator.StartGCSInProcess()
 	if err != nil {
 		return nil, err
 	}
-	return &gcsTarget{endpoint: srv.Endpoint, stop: func() { srv.Stop() }}, nil
+	return &remote{kind: "gcs", endpoint: srv.Endpoint, stop: func() { srv.Stop() }}, nil
 }
 
-// newBucket creates a fresh bucket on the emulator.
-func (g *gcsTarget) newBucket(ctx context.Context) (*substrate.Bucket, error) {
+func startS3() (*remote, error) {
+	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
+		return &remote{kind: "s3", endpoint: ep, stop: func() {},
+			accessKey: os.Getenv("AWS_ACCESS_KEY_ID"), secretKey: os.Getenv("AWS_SECRET_ACCESS_KEY")}, nil
+	}
+	srv, err := emulator.StartS3Process()
+	if err != nil {
+		return nil, fmt.Errorf("-remote s3 without AWS_ENDPOINT_URL starts versitygw (make emulators, then export $(scripts/emulators.sh)): %w", err)
+	}
+	return &remote{kind: "s3", endpoint: srv.Endpoint, stop: func() { srv.Stop() }, accessKey: srv.AccessKey, secretKey: srv.SecretKey}, nil
+}
+
+// newBucket creates a fresh bucket on the remote.
+func (g *remote) newBucket(ctx context.Context) (*substrate.Bucket, error) {
+	if g.kind == "s3" {
+		return g.newS3Bucket(ctx)
+	}
 	name := fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1))
 	admin, err := storage.NewClient(ctx, option.WithEndpoint(g.endpoint), option.WithoutAuthentication())
 	if err != nil {
@@ -156,7 +185,7 @@ func runZstd(enc *zstd.Encoder, recs [][]byte) time.Duration {
 // opens a new engine on the same directory and times the open of the shard until
 // its backlog is sealed; and, as the baseline, times a direct seal of the same
 // backlog.
-func runInherited(ctx context.Context, dir string, g *gcsTarget, recs [][]byte) (open, direct time.Duration, err error) {
+func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte) (open, direct time.Duration, err error) {
 	bucket, err := g.newBucket(ctx)
 	if err != nil {
 		return 0, 0, err
@@ -198,4 +227,16 @@ func runInherited(ctx context.Context, dir string, g *gcsTarget, recs [][]byte) 
 	start = time.Now()
 	_, err = sh2.Seal(ctx, 1<<40)
 	return open, time.Since(start), err
+}
+
+func (g *remote) newS3Bucket(ctx context.Context) (*substrate.Bucket, error) {
+	name := fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1))
+	d, err := s3.Open(ctx, s3.Config{Bucket: name, Endpoint: g.endpoint, AccessKeyID: g.accessKey, SecretAccessKey: g.secretKey})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.Client().CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	return substrate.New(d, substrate.Options{Name: "s3", Registerer: bucketRegisterer()})
 }

@@ -98,8 +98,8 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 	if openMed > target {
 		met = "NOT met"
 	}
-	fmt.Fprintf(out, "inherited-seal · %.1f MB left unsealed by Retire, below every trigger (age 1 h) · GCS emulator %s · median of %d\n",
-		float64(raw)/1e6, g.endpoint, cfg.rounds)
+	fmt.Fprintf(out, "inherited-seal · %.1f MB left unsealed by Retire, below every trigger (age 1 h) · %s %s · median of %d\n",
+		float64(raw)/1e6, g.kind, g.endpoint, cfg.rounds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tms\tworst ms\tvs direct\t")
 	fmt.Fprintf(tw, "OpenShard on a new engine → backlog sealed\t%.1f\t%.1f\t%.2fx\t\n", ms(openMed), ms(slices.Max(opens)), ratio(ms(openMed), ms(directMed)))
@@ -110,7 +110,7 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 	fmt.Fprintf(out, "target: sealed within %s of the open: %s (the behaviour this replaces waited for the 45 s age trigger)\n\n", target, met)
 	return emit(results, resultLine{
 		Scenario:  "inherited-seal",
-		Params:    map[string]any{"raw_bytes": raw, "record_size": recordSize, "rounds": cfg.rounds, "substrate": "gcs-emulator", "age_trigger_s": 3600},
+		Params:    map[string]any{"raw_bytes": raw, "record_size": recordSize, "rounds": cfg.rounds, "substrate": g.kind, "age_trigger_s": 3600},
 		Figures:   map[string]float64{"open_to_sealed_ms": ms(openMed), "worst_ms": ms(slices.Max(opens)), "target_ms": ms(target)},
 		Baselines: map[string]map[string]float64{"direct_seal": {"ms": ms(directMed)}},
 		Ratios:    map[string]float64{"open_to_sealed_vs_direct_seal": ratio(ms(openMed), ms(directMed))},
