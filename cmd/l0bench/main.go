@@ -29,6 +29,9 @@
 //	lag             4 shards appending 4 MB/s in all, sealing every 1 MiB, copied to
 //	                a GCS emulator replica: seal → durable on every replica p50/p99,
 //	                beside a raw put of a part-sized object. Target: p99 ≤ 2 s.
+//	mixed           8 shards at a steady 8 MB/s: alone, then with a tailing reader per
+//	                shard, seals every 1 MiB and copies to the remote; append p50/p99
+//	                mixed against alone, read MB/s, seal → durable p99.
 //	idle            -idle-shards shards open, nothing unsealed, idle for -idle-for:
 //	                object-store operations per minute (target: one conditional
 //	                write per shard per renewal interval, nothing else) and RSS
@@ -83,7 +86,7 @@ type config struct {
 func main() {
 	var cfg config
 	var scenarios, shards string
-	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,idle", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, idle")
+	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle")
 	flag.Float64Var(&cfg.sealMB, "seal-mb", 16, "seal: MB of records per seal")
 	flag.Float64Var(&cfg.inheritedMB, "inherited-mb", 2.5, "inherited-seal: MB of backlog")
 	flag.IntVar(&cfg.backfillParts, "backfill-parts", 12, "backfill: parts of history")
@@ -195,6 +198,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 		case "idle":
 			if err := idleScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "mixed":
+			if err := mixedScenario(ctx, cfg, root, out, results); err != nil {
 				return err
 			}
 		case "latency":

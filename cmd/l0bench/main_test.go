@@ -72,10 +72,10 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 }
 
 // TestTheSealScenariosReportTheirFiguresBesideTheirBaselines runs seal,
-// inherited-seal, backfill, lag and idle on small backlogs.
+// inherited-seal, backfill, lag, mixed and idle on small backlogs.
 func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "results.jsonl")
-	cfg := config{scenarios: []string{"seal", "inherited-seal", "backfill", "lag", "idle"}, dir: t.TempDir(), results: results, rounds: 1,
+	cfg := config{scenarios: []string{"seal", "inherited-seal", "backfill", "lag", "mixed", "idle"}, dir: t.TempDir(), results: results, rounds: 1,
 		sealMB: 0.5, inheritedMB: 0.2, backfillParts: 2, backfillMB: 0.1, duration: 50 * time.Millisecond,
 		idleShards: 3, idleFor: 100 * time.Millisecond}
 	var out bytes.Buffer
@@ -83,7 +83,7 @@ func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target: sealed within 500ms",
-		"BackfillUnderReplicated + FlushAndWaitUploads", "seal → durable on every replica", "conditional writes per shard"} {
+		"BackfillUnderReplicated + FlushAndWaitUploads", "seal → durable on every replica", "tail read MB/s", "conditional writes per shard"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
@@ -109,7 +109,7 @@ func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 		}
 		scenarios = append(scenarios, l.Scenario)
 	}
-	if strings.Join(scenarios, ",") != "seal,inherited-seal,backfill,lag,idle" {
+	if strings.Join(scenarios, ",") != "seal,inherited-seal,backfill,lag,mixed,idle" {
 		t.Fatalf("result lines for %v", scenarios)
 	}
 }

@@ -198,7 +198,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	recs := events(16, recordSize, 4)
 	batchBytes := 16 * recordSize
 	interval := time.Duration(float64(time.Second) * float64(batchBytes*shards) / (rateMBps * 1e6))
-	duration := max(3*time.Second, 8*cfg.duration)
+	duration := max(3*time.Second, 6*cfg.duration)
 	prog := newProgress("lag", int(duration/time.Second))
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(duration)
