@@ -32,6 +32,10 @@
 //	mixed           8 shards at a steady 8 MB/s: alone, then with a tailing reader per
 //	                shard, seals every 1 MiB and copies to the remote; append p50/p99
 //	                mixed against alone, read MB/s, seal → durable p99.
+//	open            (not in the default suite) a shard of -open-parts-mb in 64 MB
+//	                parts plus -open-wal-mb in the WAL: engine and shard open times,
+//	                and the replay of every record in MB/s, beside getting the part
+//	                objects whole.
 //	idle            -idle-shards shards open, nothing unsealed, idle for -idle-for:
 //	                object-store operations per minute (target: one conditional
 //	                write per shard per renewal interval, nothing else) and RSS
@@ -73,6 +77,8 @@ type config struct {
 	backfillMB    float64
 	idleShards    int
 	idleFor       time.Duration
+	openPartsMB   float64
+	openWALMB     float64
 	dir           string
 	results       string
 	rounds        int
@@ -86,12 +92,14 @@ type config struct {
 func main() {
 	var cfg config
 	var scenarios, shards string
-	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle")
+	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle; and open (not in the default suite)")
 	flag.Float64Var(&cfg.sealMB, "seal-mb", 16, "seal: MB of records per seal")
 	flag.Float64Var(&cfg.inheritedMB, "inherited-mb", 2.5, "inherited-seal: MB of backlog")
 	flag.IntVar(&cfg.backfillParts, "backfill-parts", 12, "backfill: parts of history")
 	flag.Float64Var(&cfg.backfillMB, "backfill-mb", 2, "backfill: MB of records per part")
 	flag.IntVar(&cfg.idleShards, "idle-shards", 1000, "idle: shards open")
+	flag.Float64Var(&cfg.openPartsMB, "open-parts-mb", 1024, "open: MB of records sealed into parts")
+	flag.Float64Var(&cfg.openWALMB, "open-wal-mb", 64, "open: MB of records left in the WAL")
 	flag.DurationVar(&cfg.idleFor, "idle-for", 20*time.Second, "idle: how long the engine idles (two renewal intervals)")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
@@ -198,6 +206,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 		case "idle":
 			if err := idleScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "open":
+			if err := openScenario(ctx, cfg, root, out, results); err != nil {
 				return err
 			}
 		case "mixed":

@@ -196,3 +196,18 @@ func TestTheRemoteCanBeS3(t *testing.T) {
 		t.Fatalf("output:\n%s", out.String())
 	}
 }
+
+// TestTheOpenScenarioReplaysEveryRecord runs open on a small shard.
+func TestTheOpenScenarioReplaysEveryRecord(t *testing.T) {
+	var out bytes.Buffer
+	cfg := config{scenarios: []string{"open"}, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "r.jsonl"), rounds: 1,
+		openPartsMB: 8, openWALMB: 4}
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"engine.Open (WAL recovery)", "replay of every record (12288 records", "get every part object"} {
+		if !strings.Contains(out.String(), s) {
+			t.Fatalf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+}
