@@ -1,0 +1,21 @@
+// Package seal turns a shard's unsealed WAL pages into parts on the object store.
+//
+// A Scheduler evaluates the triggers of every shard it holds (size, WAL bytes, age of
+// the oldest unsealed record, and the deferred flag) and runs their seals in the
+// background, at most Options.Concurrency at a time and one per shard. The flag is
+// cleared before a seal runs; a seal cut short by its budget, or one that failed for
+// any reason but a stopped shard, re-arms it, and a failure backs the shard off. An
+// open that inherits unsealed pages adds its shard armed, so they seal at once.
+//
+// A Job is one seal: encode the pages into a part file, put it under a new key,
+// commit it to the manifest by compare-and-swap, truncate the WAL through the sealed
+// page. DESIGN.md ("Sealing") gives what a crash between any two steps leaves and
+// how the next seal or open repairs it.
+//
+// Usage (the engine does this):
+//
+//	s, err := seal.NewScheduler(seal.Options{Age: 45 * time.Second})
+//	s.Add("orders-7", shardTarget, inherited) // shardTarget implements Target
+//	st := s.Stats()                          // seals, empty seals, failures, ...
+//	s.Close()
+package seal
