@@ -268,7 +268,7 @@ func (u *Uploader) Close() {
 func (u *Uploader) work() {
 	for {
 		if j, ok := u.next(); ok {
-			u.done(j, u.run(j))
+			u.run(j)
 			continue
 		}
 		select {
@@ -280,12 +280,24 @@ func (u *Uploader) work() {
 }
 
 // run copies j's part to each target and records each copy; a target that fails
-// every attempt fails the job, which a later backfill repairs (SPEC R9).
-func (u *Uploader) run(j Job) error {
-	var errs []error
+// every attempt fails the job, which a later backfill repairs (SPEC R9). The records
+// are published while the worker goes on to its next copy (the owner groups the
+// records that wait into one publish); the job ends, and Flush sees it end, once they
+// are.
+func (u *Uploader) run(j Job) {
+	var (
+		mu      sync.Mutex
+		errs    []error
+		records sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
 	for _, target := range j.Targets {
 		if err := u.retry(func() error { return u.copyTo(j, target) }); err != nil {
-			errs = append(errs, err)
+			fail(err)
 			continue
 		}
 		if j.Backfill() {
@@ -295,13 +307,24 @@ func (u *Uploader) run(j Job) error {
 			u.stats.uploads.Add(1)
 			u.stats.bytes.Add(uint64(j.Size))
 		}
-		if err := u.retry(func() error { return u.record(u.ctx, j, target) }); err != nil {
-			errs = append(errs, fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
-		}
+		records.Go(func() {
+			if err := u.retry(func() error { return u.record(u.ctx, j, target) }); err != nil {
+				fail(fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
+			}
+		})
 	}
-	if len(errs) > 0 {
+	u.wg.Go(func() {
+		records.Wait()
+		u.done(j, u.finish(j, errors.Join(errs...)))
+	})
+}
+
+// finish counts a job that ended with err (nil: every target holds and records the
+// part).
+func (u *Uploader) finish(j Job, err error) error {
+	if err != nil {
 		u.stats.failures.Add(1)
-		return errors.Join(errs...)
+		return err
 	}
 	if !j.Backfill() {
 		lag := u.opts.Now().Sub(j.SealedAt)
