@@ -366,7 +366,7 @@ func (p *progress) step() {
 		return
 	}
 	const width = 30
-	filled := width * p.n / max(1, p.total)
+	filled := min(width, width*p.n/max(1, p.total)) // a scenario may take a step more than it said
 	fmt.Fprintf(os.Stderr, "\r%-8s [%s%s] %d/%d runs, %s", p.name, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
 		p.n, p.total, time.Since(p.start).Round(time.Second))
 	p.shown = true

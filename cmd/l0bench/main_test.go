@@ -211,3 +211,14 @@ func TestTheOpenScenarioReplaysEveryRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestTheProgressBarSurvivesMoreStepsThanItWasToldOf: a scenario's count of steps is
+// an estimate; drawing past it must not panic.
+func TestTheProgressBarSurvivesMoreStepsThanItWasToldOf(t *testing.T) {
+	p := newProgress("test", 2)
+	p.start = time.Now().Add(-time.Minute) // draw at once
+	for range 5 {
+		p.step()
+	}
+	p.done()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"text/tabwriter"
 	"time"
@@ -36,7 +37,7 @@ func openScenario(ctx context.Context, cfg config, root string, out, results io.
 		e.Close()
 		return err
 	}
-	prog := newProgress("open", int(cfg.openPartsMB/64+2))
+	prog := newProgress("open", int(math.Ceil(cfg.openPartsMB/64))+2)
 	appendMB := func(mb float64) error {
 		for done := int64(0); float64(done) < mb*1e6; done += rawBytes {
 			for i := 0; i < len(recs); i += 16 {
