@@ -110,8 +110,8 @@ func TestNoMoreThanConcurrencySealsRunAtOnce(t *testing.T) {
 		s.Add(string(rune('a'+i)), &target{bytes: 10, hold: 30 * time.Millisecond, running: &running, peak: &peak}, false)
 	}
 	eventually(t, "six seals", func() bool { return s.Stats().Seals == 6 })
-	if p := peak.Load(); p != 2 {
-		t.Fatalf("%d seals ran at once, want 2", p)
+	if p := peak.Load(); p > 2 || p < 1 {
+		t.Fatalf("%d seals ran at once, want at most 2", p)
 	}
 }
 
@@ -121,7 +121,9 @@ func TestAFailingShardBacksOffWithoutAHotLoop(t *testing.T) {
 	s.Add("s", tg, false)
 	time.Sleep(time.Second)
 	// Attempts at 0, 50, 150, 350, 550, 750, 950 ms: 7, give or take scheduling.
-	if n := tg.attempts.Load(); n < 4 || n > 9 {
+	// The bound that matters is the upper one: no hot loop. A loaded machine may
+	// make fewer attempts.
+	if n := tg.attempts.Load(); n < 2 || n > 9 {
 		t.Fatalf("%d attempts in a second, want about 7: backoff 50 ms doubling to 200 ms", n)
 	}
 	if st := s.Stats(); st.Failures != uint64(tg.attempts.Load()) && st.Failures+1 != uint64(tg.attempts.Load()) {
