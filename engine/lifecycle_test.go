@@ -22,6 +22,7 @@ import (
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
+	"github.com/l0store/l0/substrate/substratetest"
 	"github.com/l0store/l0/wal"
 )
 
@@ -88,12 +89,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 func newBucket(t *testing.T, b backend) (*substrate.Bucket, *fault.Driver) {
 	t.Helper()
 	fd := fault.Wrap(b.newDriver(t), 1)
-	bk, err := substrate.New(fd, substrate.Options{Name: b.name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bk.Close() })
-	return bk, fd
+	return substratetest.NewBucket(t, b.name, fd), fd
 }
 
 // clock is a settable clock.

@@ -17,6 +17,7 @@ import (
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
+	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,16 +34,7 @@ func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
-	t.Helper()
-	if d == nil {
-		d = mem.New()
-	}
-	b, err := substrate.New(d, substrate.Options{Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return substratetest.NewBucket(t, name, d)
 }
 
 func part(first, count uint64) Part {

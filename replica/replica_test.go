@@ -17,21 +17,13 @@ import (
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
+	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
-	t.Helper()
-	if d == nil {
-		d = mem.New()
-	}
-	b, err := substrate.New(d, substrate.Options{Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return substratetest.NewBucket(t, name, d)
 }
 
 func TestNewSetValidates(t *testing.T) {

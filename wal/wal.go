@@ -547,7 +547,13 @@ func (l *Log) Fsyncs() uint64 {
 		return 0
 	}
 	defer l.exit()
-	h := l.db.Metrics().LogWriter.FsyncLatency
+	return PebbleSyncs(l.db)
+}
+
+// PebbleSyncs returns how many times db synced its log, from pebble's own fsync
+// latency histogram. Exported for benchmarks that run pebble beside the Log.
+func PebbleSyncs(db *pebble.DB) uint64 {
+	h := db.Metrics().LogWriter.FsyncLatency
 	if h == nil {
 		return 0
 	}

@@ -13,12 +13,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/shard"
-	"github.com/l0store/l0/substrate"
-	"github.com/l0store/l0/substrate/local"
+	"github.com/l0store/l0/wal"
 )
 
 // appendParams describe one append workload: appenders goroutines, each appending
@@ -97,34 +95,49 @@ func drive(p appendParams, appenders int, op func(w int) error) (sample, error) 
 // w mod shards. The engine seals as it would in production (by its default
 // triggers, to a local-directory bucket), so its seals share the machine.
 func runL0(ctx context.Context, dir string, p appendParams, shards int) (sample, error) {
-	store, err := local.New(filepath.Join(dir, "bucket"))
+	handles, closeAll, err := openShards(ctx, dir, "append", shards)
 	if err != nil {
 		return sample{}, err
 	}
-	bucket, err := substrate.New(store, substrate.Options{Name: "local", Registerer: bucketRegisterer()})
-	if err != nil {
-		return sample{}, err
-	}
-	defer bucket.Close()
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer("append")})
-	if err != nil {
-		return sample{}, err
-	}
-	defer e.Close()
-	handles := make([]*shard.Shard, shards)
-	for i := range handles {
-		if handles[i], err = e.OpenShard(ctx, fmt.Sprintf("bench-%d", i)); err != nil {
-			return sample{}, err
-		}
-	}
+	defer closeAll()
+	e := handles.engine
 	payloads := p.payloads()
 	before := e.Metrics().WALFsyncs
 	s, err := drive(p, p.appenders, func(w int) error {
-		_, err := handles[w%shards].Append(ctx, payloads[w]...)
+		_, err := handles.shards[w%shards].Append(ctx, payloads[w]...)
 		return err
 	})
 	s.fsyncs = e.Metrics().WALFsyncs - before
 	return s, err
+}
+
+// l0Shards are shards open on an engine of the run.
+type l0Shards struct {
+	engine *engine.Engine
+	shards []*shard.Shard
+}
+
+// openShards opens an engine in dir, on a local-directory bucket there, as it runs
+// in production, and n shards on it; closeAll closes the engine and the bucket.
+func openShards(ctx context.Context, dir, label string, n int) (l0Shards, func(), error) {
+	bucket, err := localBucket(filepath.Join(dir, "bucket"))
+	if err != nil {
+		return l0Shards{}, nil, err
+	}
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer(label)})
+	if err != nil {
+		bucket.Close()
+		return l0Shards{}, nil, err
+	}
+	closeAll := func() { e.Close(); bucket.Close() }
+	out := l0Shards{engine: e, shards: make([]*shard.Shard, n)}
+	for i := range out.shards {
+		if out.shards[i], err = e.OpenShard(ctx, fmt.Sprintf("%s-%d", label, i)); err != nil {
+			closeAll()
+			return l0Shards{}, nil, err
+		}
+	}
+	return out, closeAll, nil
 }
 
 // runPebble commits the same batches straight to pebble, synced, with the options
@@ -141,7 +154,7 @@ func runPebble(dir string, p appendParams) (sample, error) {
 	defer db.Close()
 	payloads := p.payloads()
 	seq := make([]uint64, p.appenders)
-	before := pebbleFsyncs(db)
+	before := wal.PebbleSyncs(db)
 	s, err := drive(p, p.appenders, func(w int) error {
 		b := db.NewBatch()
 		defer b.Close()
@@ -154,20 +167,8 @@ func runPebble(dir string, p appendParams) (sample, error) {
 		seq[w]++
 		return db.Apply(b, pebble.Sync)
 	})
-	s.fsyncs = pebbleFsyncs(db) - before
+	s.fsyncs = wal.PebbleSyncs(db) - before
 	return s, err
-}
-
-func pebbleFsyncs(db *pebble.DB) uint64 {
-	h := db.Metrics().LogWriter.FsyncLatency
-	if h == nil {
-		return 0
-	}
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		return 0
-	}
-	return m.GetHistogram().GetSampleCount()
 }
 
 type quietLogger struct{}

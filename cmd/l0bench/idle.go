@@ -125,11 +125,12 @@ func diffOps(before, after substrate.Stats) (ops, conditional uint64) {
 }
 
 // currentRSS is the process's resident set size now, from /proc.
+// Without /proc it falls back to the peak RSS.
 func currentRSS() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	if n, err := statmRSS(); err == nil {
 		return n
 	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return ru.Maxrss * 1024
 }

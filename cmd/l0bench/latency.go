@@ -12,11 +12,6 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
-
-	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/shard"
-	"github.com/l0store/l0/substrate"
-	"github.com/l0store/l0/substrate/local"
 )
 
 // loadLevel is the latency of appends at one offered load.
@@ -115,26 +110,12 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 // offeredLoad appends at mbps in all, from p.appenders appenders over shards shards,
 // each append due at a fixed time; latency runs from the due time.
 func offeredLoad(ctx context.Context, dir string, p appendParams, shards int, mbps float64) (loadLevel, error) {
-	store, err := local.New(filepath.Join(dir, "bucket"))
+	opened, closeAll, err := openShards(ctx, dir, "latency", shards)
 	if err != nil {
 		return loadLevel{}, err
 	}
-	bucket, err := substrate.New(store, substrate.Options{Name: "local", Registerer: bucketRegisterer()})
-	if err != nil {
-		return loadLevel{}, err
-	}
-	defer bucket.Close()
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer("latency")})
-	if err != nil {
-		return loadLevel{}, err
-	}
-	defer e.Close()
-	handles := make([]*shard.Shard, shards)
-	for i := range handles {
-		if handles[i], err = e.OpenShard(ctx, fmt.Sprintf("lat-%d", i)); err != nil {
-			return loadLevel{}, err
-		}
-	}
+	defer closeAll()
+	handles := opened.shards
 	payloads := p.payloads()
 	perAppender := time.Duration(float64(time.Second) * float64(p.batchBytes()) * float64(p.appenders) / (mbps * 1e6))
 	start := time.Now().Add(10 * time.Millisecond)

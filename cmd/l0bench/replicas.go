@@ -230,12 +230,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		return fmt.Errorf("lag: no part became durable")
 	}
 	// The baseline: raw puts of objects the size of the parts, same client.
-	var partSize int64
-	for _, sh := range []string{"lag-0"} {
-		if m, err := loadManifestSize(ctx, local, sh); err == nil {
-			partSize = m
-		}
-	}
+	partSize, _ := firstPartSize(ctx, local, "lag-0")
 	obj := make([]byte, max(partSize, 1))
 	var puts []time.Duration
 	for i := range 20 {
@@ -273,8 +268,8 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	})
 }
 
-// loadManifestSize returns the size of the first part of shard on b.
-func loadManifestSize(ctx context.Context, b *substrate.Bucket, shard string) (int64, error) {
+// firstPartSize returns the size of the first part object of shard on b.
+func firstPartSize(ctx context.Context, b *substrate.Bucket, shard string) (int64, error) {
 	for e, err := range b.ListAll(ctx, "shards/"+shard+"/parts/") {
 		if err != nil {
 			return 0, err

@@ -1,0 +1,23 @@
+package substratetest
+
+import (
+	"testing"
+
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/mem"
+)
+
+// NewBucket wraps d (an in-memory driver when nil) in a Bucket named name that the
+// test closes when it ends.
+func NewBucket(t testing.TB, name string, d substrate.Driver) *substrate.Bucket {
+	t.Helper()
+	if d == nil {
+		d = mem.New()
+	}
+	b, err := substrate.New(d, substrate.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
