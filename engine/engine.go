@@ -30,6 +30,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -120,7 +121,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		log.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	encoder, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(opts.Seal.Concurrency))
+	encoder, err := part.NewEncoder(opts.BlockSize, opts.Seal.Concurrency)
 	if err != nil {
 		log.Close()
 		return nil, err

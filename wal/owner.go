@@ -43,6 +43,8 @@ func (l *Log) Adopt(shard string, epoch, sealed uint64, keep bool) (stranded uin
 	}
 	defer l.exit()
 	st := l.state(shard)
+	st.truncating.Lock()
+	defer st.truncating.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
@@ -96,14 +98,20 @@ func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 func (l *Log) dropPages(shard string, end []byte, floor uint64) error {
 	b := l.db.NewBatch()
 	defer b.Close()
-	if err := b.DeleteRange(pageKey(shard, 0), end, nil); err != nil {
-		return err
-	}
-	if err := b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, floor), nil); err != nil {
+	if err := dropBatch(b, shard, end, floor); err != nil {
 		return err
 	}
 	if err := l.db.Apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: shard %q: drop pages below the floor %d: %w", shard, floor, err)
 	}
 	return nil
+}
+
+// dropBatch adds to b the deletion of the shard's page keys below end and the new
+// floor.
+func dropBatch(b *pebble.Batch, shard string, end []byte, floor uint64) error {
+	if err := b.DeleteRange(pageKey(shard, 0), end, nil); err != nil {
+		return err
+	}
+	return b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, floor), nil)
 }

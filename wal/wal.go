@@ -92,7 +92,9 @@ type Log struct {
 
 // shardState is what the Log knows of one shard without reading its pages.
 type shardState struct {
-	mu struct {
+	// truncating is held by a truncation from start to end, and taken before mu.
+	truncating sync.Mutex
+	mu         struct {
 		sync.Mutex
 		floor   uint64 // first offset not truncated away
 		next    uint64 // offset of the next record appended
@@ -102,8 +104,8 @@ type shardState struct {
 		epoch   uint64    // the owner epoch appends and truncations must carry
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
-	// their sync. floorMark mirrors mu.floor for the watermark writer, which must not
-	// take mu.
+	// their sync. floorMark is mu.floor once that is durable, for the watermark
+	// writer, which must not take mu.
 	acked     atomic.Uint64
 	floorMark atomic.Uint64
 }
@@ -473,21 +475,75 @@ func (l *Log) scan(shard string, from uint64, clone bool) iter.Seq2[Page, error]
 // boundary, and raises the shard's floor to it, durably. Offsets stay dense: the next
 // append continues where the shard was. An epoch other than the shard's is
 // ErrStaleEpoch: an earlier owner's late cleanup cannot touch a newer owner's pages.
+//
+// Appends to the shard wait for none of it but the entry of the deletion into
+// pebble's commit pipeline, and its fsync is shared with theirs: a truncation costs
+// an appender no disk round trip of its own.
 func (l *Log) TruncateThrough(shard string, epoch, next uint64) error {
 	if err := l.enter(); err != nil {
 		return err
 	}
 	defer l.exit()
 	st := l.state(shard)
+	st.truncating.Lock()
+	defer st.truncating.Unlock()
 	st.mu.Lock()
-	defer st.mu.Unlock()
+	floor, end, cur := st.mu.floor, st.mu.next, st.mu.epoch
+	st.mu.Unlock()
+	switch {
+	case epoch != cur:
+		return fmt.Errorf("wal: truncate shard %q: epoch %d, the shard's is %d: %w", shard, epoch, cur, ErrStaleEpoch)
+	case next <= floor:
+		return nil
+	case next > end:
+		return fmt.Errorf("wal: truncate shard %q through %d past its end %d: %w", shard, next, end, ErrNotPageBoundary)
+	}
+	// The pages below end do not change while st.truncating is held (appends write
+	// at end and past it; only truncations delete), so they are counted without the
+	// shard's lock.
+	cut, err := l.pagesBelow(shard, floor, next, end)
+	if err != nil {
+		return err
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := dropBatch(b, shard, pageKey(shard, next), next); err != nil {
+		return err
+	}
+	st.mu.Lock()
 	if epoch != st.mu.epoch {
+		st.mu.Unlock()
 		return fmt.Errorf("wal: truncate shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
 	}
-	return l.truncateLocked(shard, st, next)
+	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		st.mu.Unlock()
+		return fmt.Errorf("wal: shard %q: drop pages below %d: %w", shard, next, err)
+	}
+	if next == end && st.mu.next > end {
+		// Pages were appended after the count: the first of them is now the oldest.
+		if cut.oldest, err = l.appendedAt(shard, next); err != nil {
+			st.mu.Unlock()
+			return err
+		}
+	}
+	st.mu.floor = next
+	st.mu.pages -= cut.pages
+	st.mu.payload -= cut.payload
+	st.mu.oldest = cut.oldest
+	st.mu.Unlock()
+	if err := b.SyncWait(); err != nil {
+		err = fmt.Errorf("wal: sync: %w", err)
+		l.failed.CompareAndSwap(nil, &err)
+		return err
+	}
+	// The watermark may claim the new floor only once it is durable.
+	st.floorMark.Store(next)
+	l.changes.Add(1)
+	return nil
 }
 
-// truncateLocked is TruncateThrough with st.mu held.
+// truncateLocked is TruncateThrough with st.truncating and st.mu held, for an open:
+// it holds the lock through its own fsync.
 func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if next <= st.mu.floor {
 		return nil
@@ -495,50 +551,73 @@ func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if next > st.mu.next {
 		return fmt.Errorf("wal: truncate shard %q through %d past its end %d: %w", shard, next, st.mu.next, ErrNotPageBoundary)
 	}
-	// Subtract the pages that go, reading their headers only, and check that the
-	// last of them ends at next: next must start a page or end the log.
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: pageKey(shard, 0), UpperBound: pageKey(shard, next)})
+	cut, err := l.pagesBelow(shard, st.mu.floor, next, st.mu.next)
 	if err != nil {
 		return err
-	}
-	pages, payload, end := st.mu.pages, st.mu.payload, st.mu.floor
-	for valid := it.First(); valid; valid = it.Next() {
-		_, first, _ := parsePageKey(it.Key())
-		h, err := decodeHeader(shard, first, it.Value())
-		if err != nil {
-			it.Close()
-			return err
-		}
-		pages--
-		payload -= h.payload
-		end = first + uint64(h.count)
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return fmt.Errorf("wal: truncate shard %q: %w", shard, err)
-	}
-	if end != next {
-		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
-	}
-	var oldest time.Time
-	if pages > 0 {
-		v, closer, err := l.db.Get(pageKey(shard, next))
-		if err != nil {
-			return fmt.Errorf("wal: truncate shard %q: page at %d: %w", shard, next, err)
-		}
-		h, err := decodeHeader(shard, next, v)
-		closer.Close()
-		if err != nil {
-			return err
-		}
-		oldest = h.appendedAt
 	}
 	if err := l.dropPages(shard, pageKey(shard, next), next); err != nil {
 		return err
 	}
 	st.setFloorLocked(next)
-	st.mu.pages, st.mu.payload, st.mu.oldest = pages, payload, oldest
+	st.mu.pages -= cut.pages
+	st.mu.payload -= cut.payload
+	st.mu.oldest = cut.oldest
 	l.changes.Add(1)
 	return nil
+}
+
+// cut is what a truncation removes from a shard's counts, and the appended-at of the
+// page it leaves first (zero if it leaves none).
+type cut struct {
+	pages   int
+	payload uint64
+	oldest  time.Time
+}
+
+// pagesBelow counts the shard's pages from floor to next, reading their headers
+// only, and checks that the last of them ends at next: next must start a page or, at
+// end, end the log.
+func (l *Log) pagesBelow(shard string, floor, next, end uint64) (cut, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: pageKey(shard, floor), UpperBound: pageKey(shard, next)})
+	if err != nil {
+		return cut{}, err
+	}
+	var c cut
+	last := floor
+	for valid := it.First(); valid; valid = it.Next() {
+		_, first, _ := parsePageKey(it.Key())
+		h, err := decodeHeader(shard, first, it.Value())
+		if err != nil {
+			it.Close()
+			return cut{}, err
+		}
+		c.pages++
+		c.payload += h.payload
+		last = first + uint64(h.count)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return cut{}, fmt.Errorf("wal: truncate shard %q: %w", shard, err)
+	}
+	if last != next {
+		return cut{}, fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
+	}
+	if next < end {
+		if c.oldest, err = l.appendedAt(shard, next); err != nil {
+			return cut{}, err
+		}
+	}
+	return c, nil
+}
+
+// appendedAt reads when the shard's page at offset first was appended.
+func (l *Log) appendedAt(shard string, first uint64) (time.Time, error) {
+	v, closer, err := l.db.Get(pageKey(shard, first))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("wal: shard %q: page at %d: %w", shard, first, err)
+	}
+	defer closer.Close()
+	h, err := decodeHeader(shard, first, v)
+	return h.appendedAt, err
 }
 
 // Fsyncs returns how many times pebble synced its WAL.

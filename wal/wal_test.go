@@ -287,3 +287,86 @@ func TestBadCallsChangeNothing(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// Truncations run beside appends to the same shard without holding its lock; the
+// counts they leave must be the ones a reopen reads from disk, and the oldest page's
+// time must be the first page's, also when appends land while a truncation counts.
+func TestTruncationsBesideAppendsKeepTheCountsAReopenFinds(t *testing.T) {
+	dir := t.TempDir()
+	var clock sync.Mutex
+	tick := time.Unix(1_700_000_000, 0)
+	now := func() time.Time {
+		clock.Lock()
+		defer clock.Unlock()
+		tick = tick.Add(time.Millisecond)
+		return tick
+	}
+	l := open(t, dir, Options{Now: now})
+	ctx := t.Context()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := l.Append(ctx, "s", 0, recs(fmt.Sprintf("w%d-%d", w, i), 1+i%3)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 300 {
+		info := l.Info("s")
+		through := info.Next // the end of the log: appends may follow at once
+		if i%2 == 1 {
+			// Through the end of the first page instead.
+			for p, err := range l.Pages("s", info.Floor) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				through = p.NextOffset()
+				break
+			}
+		}
+		if err := l.TruncateThrough("s", 0, through); err != nil {
+			t.Fatal(err)
+		}
+		info = l.Info("s")
+		if info.Floor != through {
+			t.Fatalf("floor %d after truncating through %d", info.Floor, through)
+		}
+		if info.Pages == 0 {
+			continue
+		}
+		for p, err := range l.Pages("s", info.Floor) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !p.AppendedAt.Equal(info.Oldest) {
+				t.Fatalf("truncation %d: oldest %v, the first page was appended at %v", i, info.Oldest, p.AppendedAt)
+			}
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	before := l.Info("s")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{Now: now})
+	defer l.Close()
+	after := l.Info("s")
+	if before.Floor != after.Floor || before.Next != after.Next || before.Pages != after.Pages ||
+		before.UnsealedBytes != after.UnsealedBytes || !before.Oldest.Equal(after.Oldest) {
+		t.Fatalf("counts before the reopen %+v, after %+v", before, after)
+	}
+	if got := readAll(t, l, "s", after.Floor); uint64(len(got)) != after.Next-after.Floor {
+		t.Fatalf("%d records from the floor %d, want %d", len(got), after.Floor, after.Next-after.Floor)
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
+	"github.com/l0store/l0/internal/part"
 )
 
 const recordSize = 1024
@@ -31,7 +31,7 @@ func sealScenario(ctx context.Context, cfg config, root string, out, results io.
 	for _, r := range recs {
 		raw += int64(len(r))
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	enc, err := part.NewEncoder(part.DefaultBlockSize, 1)
 	if err != nil {
 		return err
 	}

@@ -18,8 +18,24 @@ type Options struct {
 	// little more than it needs.
 	BlockSize int
 	// Encoder compresses the blocks; it may be shared by concurrent writers (only
-	// its EncodeAll is used). Nil means a new encoder at zstd.SpeedFastest.
+	// its EncodeAll is used). Nil means NewEncoder(BlockSize, 1).
 	Encoder *zstd.Encoder
+}
+
+// NewEncoder returns the encoder parts use, at zstd.SpeedFastest, for concurrency
+// writers at once. Each block is a zstd frame of its own, so the window need not
+// reach past a block: it is sized to twice blockSize, which keeps each encoder's
+// history at about a megabyte where zstd's default window would take 16 MB.
+func NewEncoder(blockSize, concurrency int) (*zstd.Encoder, error) {
+	if blockSize <= 0 {
+		blockSize = DefaultBlockSize
+	}
+	window := zstd.MinWindowSize
+	for window < 2*blockSize && window < zstd.MaxWindowSize {
+		window *= 2
+	}
+	return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(concurrency),
+		zstd.WithWindowSize(window))
 }
 
 // Info describes a written part.
@@ -61,7 +77,7 @@ func NewWriter(w io.Writer, shard string, first uint64, opts Options) *Writer {
 	case len(shard) == 0 || len(shard) > MaxShardIDLen:
 		pw.err = fmt.Errorf("part: shard id of %d bytes", len(shard))
 	case opts.Encoder == nil:
-		pw.opts.Encoder, pw.err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		pw.opts.Encoder, pw.err = NewEncoder(opts.BlockSize, 1)
 	}
 	if pw.err == nil {
 		pw.write(append([]byte(headerMagic), version, 0, 0))
