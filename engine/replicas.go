@@ -104,7 +104,7 @@ func (e *Engine) backfill(id string, o *manifest.Owner) (int, error) {
 	if e.set.Len() < 2 {
 		return 0, nil
 	}
-	var n int
+	var jobs []replica.Job
 	var errs []error
 	for _, p := range o.Manifest().Parts {
 		targets := e.missing(p)
@@ -116,12 +116,12 @@ func (e *Engine) backfill(id string, o *manifest.Owner) (int, error) {
 			errs = append(errs, fmt.Errorf("engine: shard %q part %s: no replica of this set holds it (%v)", id, p.Key, p.Replicas))
 			continue
 		}
-		if err := e.uploader.Enqueue(replica.Job{Shard: id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: src, Targets: targets}); err != nil {
-			return n, err
-		}
-		n++
+		jobs = append(jobs, replica.Job{Shard: id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: src, Targets: targets})
 	}
-	return n, errors.Join(errs...)
+	if err := e.uploader.Enqueue(jobs...); err != nil {
+		return 0, err
+	}
+	return len(jobs), errors.Join(errs...)
 }
 
 // source picks where a backfill reads p: its local file, else the first replica of

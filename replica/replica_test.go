@@ -234,3 +234,89 @@ func TestAFailedUploadIsCountedAndReleasesFlush(t *testing.T) {
 		t.Fatal("a failed upload was recorded or is still pending")
 	}
 }
+
+// TestABackfillRecordsItsCopiesTogether: the records of a shard's backfill copies
+// wait for the last of them, so that the manifest is published once or twice and not
+// between copies.
+func TestABackfillRecordsItsCopiesTogether(t *testing.T) {
+	ctx := context.Background()
+	s, buckets := setOf(t, "a", "b")
+	path, info := writePart(t, 50)
+	data, _ := os.ReadFile(path)
+	const parts = 8
+	var u *Uploader
+	var mu sync.Mutex
+	var copiedAtRecord []uint64
+	record := func(_ context.Context, j Job, replica string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		copiedAtRecord = append(copiedAtRecord, u.Stats().BackfillUploads)
+		return nil
+	}
+	u = NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: time.Minute}, record)
+	defer u.Close()
+	var jobs []Job
+	for i := range parts {
+		key := fmt.Sprint("k", i)
+		buckets["a"].PutBytes(ctx, key, data)
+		jobs = append(jobs, Job{Shard: "s", Key: key, Size: info.Size, CRC: info.CRC, Source: FromReplica("a", key), Targets: []string{"b"}})
+	}
+	if err := u.Enqueue(jobs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(copiedAtRecord) != parts {
+		t.Fatalf("%d records, want %d", len(copiedAtRecord), parts)
+	}
+	for i, n := range copiedAtRecord {
+		if n != parts {
+			t.Fatalf("record %d made when %d of %d copies were done: %v", i, n, parts, copiedAtRecord)
+		}
+	}
+}
+
+// TestABackfillRecordWaitsNoLongerThanItsDelay: a copy is recorded after
+// BackfillRecordDelay even while another copy of its shard is still running.
+func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
+	ctx := context.Background()
+	const slowPut = 3 * time.Second
+	a := bucket(t, "a", nil)
+	b := bucket(t, "b", fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^slow$", Latency: slowPut}))
+	s, err := NewSet([]Spec{{"a", "d0", a}, {"b", "d1", b}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, info := writePart(t, 50)
+	data, _ := os.ReadFile(path)
+	var mu sync.Mutex
+	recorded := map[string]time.Duration{}
+	start := time.Now()
+	record := func(_ context.Context, j Job, replica string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		recorded[j.Key] = time.Since(start)
+		return nil
+	}
+	u := NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: 100 * time.Millisecond}, record)
+	defer u.Close()
+	var jobs []Job
+	for _, key := range []string{"slow", "fast"} {
+		a.PutBytes(ctx, key, data)
+		jobs = append(jobs, Job{Shard: "s", Key: key, Size: info.Size, CRC: info.CRC, Source: FromReplica("a", key), Targets: []string{"b"}})
+	}
+	if err := u.Enqueue(jobs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(recorded) != 2 || recorded["slow"] < slowPut {
+		t.Fatalf("recorded %v", recorded)
+	}
+	// Generous: the delay is 100 ms, the slow copy takes 3 s.
+	if recorded["fast"] > slowPut-time.Second {
+		t.Fatalf("the fast copy was recorded after %v, waiting for the slow one (%v)", recorded["fast"], recorded["slow"])
+	}
+}

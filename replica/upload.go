@@ -83,6 +83,12 @@ type Options struct {
 	// ObserveLag, if set, receives the seal-to-durable lag of every part sealed in
 	// this process once every target holds it (for a histogram).
 	ObserveLag func(time.Duration)
+	// BackfillRecordDelay is the longest a backfill copy waits to be recorded while
+	// more backfill copies of its shard are queued or running; they are then
+	// recorded together, in one or two manifest publishes instead of one per few
+	// copies, and the publishes do not contend with the copies. Default 1 s; a
+	// negative value records each copy at once.
+	BackfillRecordDelay time.Duration
 }
 
 func (o *Options) ensureDefaults() {
@@ -103,6 +109,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.BackfillRecordDelay == 0 {
+		o.BackfillRecordDelay = time.Second
 	}
 }
 
@@ -134,6 +143,10 @@ type Uploader struct {
 		shards  map[string]int // shard → jobs queued or running
 		active  int
 		idle    chan struct{} // closed when active drops to 0
+		// backfills counts per shard the backfill jobs not done copying; copied is
+		// closed when that count drops to 0.
+		backfills map[string]int
+		copied    map[string]chan struct{}
 	}
 	stats struct {
 		uploads, bytes, lagMicros, durable, backfills, backfillBytes, failures atomic.Uint64
@@ -147,6 +160,8 @@ func NewUploader(set *Set, opts Options, record Recorder) *Uploader {
 	u := &Uploader{set: set, opts: opts, record: record, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	u.mu.pending = map[string]int{}
 	u.mu.shards = map[string]int{}
+	u.mu.backfills = map[string]int{}
+	u.mu.copied = map[string]chan struct{}{}
 	u.mu.idle = make(chan struct{})
 	close(u.mu.idle)
 	for range opts.Workers {
@@ -155,9 +170,13 @@ func NewUploader(set *Set, opts Options, record Recorder) *Uploader {
 	return u
 }
 
-// Enqueue queues j without waiting: a seal must never wait for an upload. The
-// queue holds job descriptions only, not parts.
-func (u *Uploader) Enqueue(j Job) error {
+// Enqueue queues jobs, all at once, without waiting: a seal must never wait for an
+// upload. The queue holds job descriptions only, not parts. A backfill queues a
+// shard's jobs in one call, so that their records wait for all of them.
+func (u *Uploader) Enqueue(jobs ...Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
 	u.mu.Lock()
 	if u.mu.closed {
 		u.mu.Unlock()
@@ -166,10 +185,17 @@ func (u *Uploader) Enqueue(j Job) error {
 	if u.mu.active == 0 {
 		u.mu.idle = make(chan struct{})
 	}
-	u.mu.active++
-	u.mu.pending[j.Key]++
-	u.mu.shards[j.Shard]++
-	u.mu.queue = append(u.mu.queue, j)
+	for _, j := range jobs {
+		u.mu.active++
+		u.mu.pending[j.Key]++
+		u.mu.shards[j.Shard]++
+		if j.Backfill() {
+			if u.mu.backfills[j.Shard]++; u.mu.backfills[j.Shard] == 1 {
+				u.mu.copied[j.Shard] = make(chan struct{})
+			}
+		}
+	}
+	u.mu.queue = append(u.mu.queue, jobs...)
 	u.mu.Unlock()
 	select {
 	case u.wake <- struct{}{}:
@@ -261,7 +287,43 @@ func (u *Uploader) Close() {
 	u.cancel()
 	u.wg.Wait()
 	for _, j := range queued {
+		u.copyingEnded(j)
 		u.done(j, ErrClosed)
+	}
+}
+
+// copyingEnded notes that j made every copy it will make.
+func (u *Uploader) copyingEnded(j Job) {
+	if !j.Backfill() {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.mu.backfills[j.Shard]--; u.mu.backfills[j.Shard] == 0 {
+		close(u.mu.copied[j.Shard])
+		delete(u.mu.backfills, j.Shard)
+		delete(u.mu.copied, j.Shard)
+	}
+}
+
+// settle waits, for a backfill copy of j, until no other backfill copy of its shard
+// is queued or running, or BackfillRecordDelay has passed.
+func (u *Uploader) settle(j Job) {
+	if !j.Backfill() || u.opts.BackfillRecordDelay < 0 {
+		return
+	}
+	u.mu.Lock()
+	copied, ok := u.mu.copied[j.Shard]
+	u.mu.Unlock()
+	if !ok {
+		return
+	}
+	t := time.NewTimer(u.opts.BackfillRecordDelay)
+	defer t.Stop()
+	select {
+	case <-copied:
+	case <-t.C:
+	case <-u.ctx.Done():
 	}
 }
 
@@ -282,8 +344,9 @@ func (u *Uploader) work() {
 // run copies j's part to each target and records each copy; a target that fails
 // every attempt fails the job, which a later backfill repairs (SPEC R9). The records
 // are published while the worker goes on to its next copy (the owner groups the
-// records that wait into one publish); the job ends, and Flush sees it end, once they
-// are.
+// records that wait into one publish); a backfill's records first wait for the other
+// backfill copies of the shard (Options.BackfillRecordDelay). The job ends, and Flush
+// sees it end, once they are published.
 func (u *Uploader) run(j Job) {
 	var (
 		mu      sync.Mutex
@@ -308,11 +371,13 @@ func (u *Uploader) run(j Job) {
 			u.stats.bytes.Add(uint64(j.Size))
 		}
 		records.Go(func() {
+			u.settle(j)
 			if err := u.retry(func() error { return u.record(u.ctx, j, target) }); err != nil {
 				fail(fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
 			}
 		})
 	}
+	u.copyingEnded(j)
 	u.wg.Go(func() {
 		records.Wait()
 		u.done(j, u.finish(j, errors.Join(errs...)))

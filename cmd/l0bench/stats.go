@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -73,4 +74,29 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// pairedRatio is the median over rounds of the throughput of a contender against its
+// baseline in the same round (baseline time / contender time): each ratio compares
+// runs a moment apart, so a machine that slows down for a while moves both sides.
+func pairedRatio(contender, baseline []time.Duration) float64 {
+	rs := make([]float64, 0, len(contender))
+	for i := range contender {
+		if contender[i] > 0 {
+			rs = append(rs, baseline[i].Seconds()/contender[i].Seconds())
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	slices.Sort(rs)
+	if n := len(rs); n%2 == 0 {
+		return (rs[n/2-1] + rs[n/2]) / 2
+	}
+	return rs[len(rs)/2]
+}
+
+// pairedNote says how the rounds of a paired scenario were run and summarized.
+func pairedNote(rounds int) string {
+	return fmt.Sprintf("%d rounds, contender and baseline in alternating order; figures are medians, the ratio the median of the rounds' ratios", rounds)
 }
