@@ -4,7 +4,9 @@
 // With no arguments it runs the default suite in a temporary directory. Every figure
 // is the median of -rounds runs, and the contenders of a scenario run interleaved
 // (A B C A B C ...) so that a noisy machine disturbs them alike. It prints a table on
-// stdout and appends one JSON line per scenario and configuration to -results.
+// stdout and appends one JSON line per scenario and configuration to -results. When
+// more than one scenario runs, each runs in a process of its own, so that the peak
+// RSS a line reports is that scenario's.
 //
 // Scenarios:
 //
@@ -18,7 +20,9 @@
 //	                p50 ≤ 2x and p99 ≤ 3x the raw fdatasync latency.
 //	seal            -seal-mb of JSON events sealed into one part on a local
 //	                directory; beside zstd compressing the same bytes in the same
-//	                blocks at the same level on one core.
+//	                blocks at the same level on one core. Contender and baseline
+//	                alternate which goes first; the ratio is the median of the
+//	                rounds' ratios (so too for backfill).
 //	inherited-seal  a backlog of -inherited-mb below every trigger (age 1 h) left by
 //	                Retire; a new engine on the same directory opens the shard: the
 //	                time until it is sealed on the GCS emulator, beside a direct seal
@@ -126,6 +130,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(cfg.scenarios) > 1 && !inScenarioProcess() {
+		fmt.Printf("l0bench %s · %s · %d cores · each scenario in a process of its own\n\n", commitID(), runtime.Version(), runtime.NumCPU())
+		if err := runIsolated(ctx, cfg.scenarios, os.Stdout, os.Stderr); err != nil {
+			fatalf("%v", err)
+		}
+		fmt.Printf("results appended to %s\n", cfg.results)
+		return
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -181,7 +193,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer results.Close()
-	fmt.Fprintf(out, "l0bench %s · %s · %d cores · data in %s\n\n", commitID(), runtime.Version(), runtime.NumCPU(), root)
+	if !inScenarioProcess() {
+		fmt.Fprintf(out, "l0bench %s · %s · %d cores · data in %s\n\n", commitID(), runtime.Version(), runtime.NumCPU(), root)
+	}
 	for _, sc := range cfg.scenarios {
 		switch sc {
 		case "append":
@@ -224,7 +238,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return fmt.Errorf("unknown scenario %q", sc)
 		}
 	}
-	fmt.Fprintf(out, "results appended to %s\n", cfg.results)
+	if !inScenarioProcess() {
+		fmt.Fprintf(out, "results appended to %s\n", cfg.results)
+	}
 	return nil
 }
 
@@ -311,6 +327,7 @@ type env struct {
 	Go           string `json:"go"`
 	Commit       string `json:"commit"`
 	Host         string `json:"host"`
+	PID          int    `json:"pid"` // each scenario of a suite runs in a process of its own
 	PeakRSSBytes int64  `json:"peak_rss_bytes"`
 	GoHeapSys    uint64 `json:"go_heap_sys_bytes"`
 }
@@ -327,6 +344,7 @@ func envInfo() env {
 		Go:           runtime.Version(),
 		Commit:       commitID(),
 		Host:         host,
+		PID:          os.Getpid(),
 		PeakRSSBytes: ru.Maxrss * 1024, // Linux reports KiB
 		GoHeapSys:    ms.HeapSys,
 	}

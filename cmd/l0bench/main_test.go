@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +17,15 @@ import (
 	"go.uber.org/goleak"
 )
 
+// asMainEnv makes the test binary run l0bench's main instead of the tests: the suite
+// test starts it so, and the scenario processes it starts inherit the variable.
+const asMainEnv = "L0BENCH_TEST_AS_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) != "" {
+		main()
+		os.Exit(0)
+	}
 	// fake-gcs-server pulls in opencensus, which starts a worker at init.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
@@ -221,4 +230,50 @@ func TestTheProgressBarSurvivesMoreStepsThanItWasToldOf(t *testing.T) {
 		p.step()
 	}
 	p.done()
+}
+
+// TestASuiteRunsEachScenarioInAProcessOfItsOwn: two scenarios, one header, both
+// tables, and two result lines from two processes other than this one.
+func TestASuiteRunsEachScenarioInAProcessOfItsOwn(t *testing.T) {
+	results := filepath.Join(t.TempDir(), "results.jsonl")
+	cmd := exec.Command(os.Args[0], "-scenario=seal,inherited-seal", "-rounds=1", "-seal-mb=0.5", "-inherited-mb=0.25",
+		"-results="+results, "-dir="+t.TempDir())
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, stderr.String())
+	}
+	if n := strings.Count(string(out), "l0bench "); n != 1 {
+		t.Fatalf("%d headers:\n%s", n, out)
+	}
+	for _, want := range []string{"seal ·", "inherited-seal ·", "results appended to"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+	b, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[int]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		var r struct {
+			Scenario string `json:"scenario"`
+			Env      struct {
+				PID int `json:"pid"`
+			} `json:"env"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Env.PID == 0 || r.Env.PID == os.Getpid() || r.Env.PID == cmd.Process.Pid {
+			t.Fatalf("%s measured in process %d (test %d, suite %d)", r.Scenario, r.Env.PID, os.Getpid(), cmd.Process.Pid)
+		}
+		pids[r.Env.PID] = r.Scenario
+	}
+	if len(pids) != 2 {
+		t.Fatalf("scenarios by process: %v", pids)
+	}
 }
