@@ -15,7 +15,8 @@
 //	                writer), an ideal raw group commit, and pebble synced commits of
 //	                the same batches.
 //	latency         l0's append saturation on 64 shards, then 10-90% of it offered
-//	                open-loop: p50/p99/p99.9 per level, beside raw append+fdatasync;
+//	                open-loop: p50/p99/p99.9 per level, and how late the load
+//	                generator's timers woke, beside raw append+fdatasync;
 //	                drawn in an SVG next to the results file. Targets at half load:
 //	                p50 ≤ 2x and p99 ≤ 3x the raw fdatasync latency.
 //	seal            -seal-mb of JSON events sealed into one part on a local

@@ -186,7 +186,8 @@ func TestTheLatencyScenarioDrawsItsLevels(t *testing.T) {
 		t.Fatalf("%d percentile lines, want 3", lines)
 	}
 	data, _ := os.ReadFile(results)
-	if !strings.Contains(string(data), `"levels"`) || strings.Count(string(data), `"fraction_of_saturation"`) != len(loadFractions) {
+	if !strings.Contains(string(data), `"levels"`) || strings.Count(string(data), `"fraction_of_saturation"`) != len(loadFractions) ||
+		strings.Count(string(data), `"generator_late_p99_ms"`) != len(loadFractions) {
 		t.Fatalf("result line: %s", data)
 	}
 }
