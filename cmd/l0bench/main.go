@@ -114,7 +114,7 @@ func main() {
 	flag.IntVar(&cfg.appenders, "appenders", 64, "append: concurrent appenders")
 	flag.IntVar(&cfg.recordSize, "record-size", 1024, "append: record size in bytes")
 	flag.IntVar(&cfg.batch, "batch", 16, "append: records per append")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (with several scenarios, one per scenario: FILE.SCENARIO)")
 	flag.StringVar(&remoteKind, "remote", "gcs", "the remote replica of inherited-seal, backfill, lag and idle: gcs (in-process fake-gcs-server, or STORAGE_EMULATOR_HOST) or s3 (AWS_ENDPOINT_URL, or versitygw as a process)")
 	metricsAddr := flag.String("metrics-addr", "", "serve the engines' and buckets' Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9464")
 	flag.Parse()
