@@ -118,7 +118,8 @@ func openScenario(ctx context.Context, cfg config, root string, out, results io.
 	fmt.Fprintf(tw, "engine.Open (WAL recovery)\t%.1f ms\t\n", ms(engineOpen))
 	fmt.Fprintf(tw, "OpenShard (lease, settle the WAL)\t%.1f ms\t\n", ms(shardOpen))
 	fmt.Fprintf(tw, "replay of every record (%d records, %.0f MB)\t%.1f s, %.0f MB/s\t\n", n, float64(bytes)/1e6, replay.Seconds(), mbps)
-	fmt.Fprintf(tw, "baseline: get every part object whole (%.0f MB stored)\t%.1f s\t\n", float64(objBytes)/1e6, rawRead.Seconds())
+	fmt.Fprintf(tw, "baseline: get every part object whole (%.0f MB stored)\t%.1f s; the replay takes %.1fx as long\t\n",
+		float64(objBytes)/1e6, rawRead.Seconds(), ratio(replay.Seconds(), rawRead.Seconds()))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
