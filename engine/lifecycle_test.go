@@ -15,6 +15,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
@@ -91,17 +92,6 @@ func newBucket(t *testing.T, b backend) (*substrate.Bucket, *fault.Driver) {
 	fd := fault.Wrap(b.newDriver(t), 1)
 	return substratetest.NewBucket(t, b.name, fd), fd
 }
-
-// clock is a settable clock.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // quietSealOptions never seal by size, WAL bytes or age on their own.
 func quietSealOptions() seal.Options {
@@ -266,7 +256,7 @@ func TestAnEmptyShardNeverSeals(t *testing.T) {
 
 func TestAgeTriggerRunsFromTheOldestUnsealedRecord(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		clk := newClock()
+		clk := testclock.New()
 		bucket, _ := newBucket(t, b)
 		opts := Options{Dir: t.TempDir(), Bucket: bucket, Now: clk.Now, Seal: quietSealOptions()}
 		opts.Seal.Age = 10 * time.Minute
@@ -331,7 +321,7 @@ func TestABudgetCutSealRearmsTheDeferredFlag(t *testing.T) {
 func TestAFencedOwnerAcknowledgesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		clk := newClock()
+		clk := testclock.New()
 		bucket, _ := newBucket(t, b)
 		opts := Options{Bucket: bucket, Now: clk.Now, Seal: quietSealOptions()}
 		opts.Dir = t.TempDir()

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/substratetest"
 )
 
 // history is a store whose shard "s" sealed 3 parts on a local replica alone; the
@@ -78,17 +80,15 @@ func flush(t *testing.T, e *Engine) {
 	}
 }
 
-// objects counts the part objects of shard "s" on b.
-func objects(t *testing.T, b *substrate.Bucket) int {
+// requireReplicas fails the test unless the manifest names n replicas for every part
+// of sh.
+func requireReplicas(t *testing.T, sh *shard.Shard, n int) {
 	t.Helper()
-	n := 0
-	for _, err := range b.ListAll(context.Background(), "shards/s/parts/") {
-		if err != nil {
-			t.Fatal(err)
+	for _, p := range sh.Manifest().Parts {
+		if len(p.Replicas) != n {
+			t.Fatalf("part %s on %v, want %d replicas", p.Key, p.Replicas, n)
 		}
-		n++
 	}
-	return n
 }
 
 // coldRead opens a new engine, in a new directory, on bucket alone, and reads shard
@@ -125,7 +125,7 @@ func TestAttachingAReplicaLeavesEveryExistingPartShortForever(t *testing.T) {
 	if m := e.Metrics(); m.Uploads != 0 || m.BackfillUploads != 0 {
 		t.Fatalf("uploads %d, backfill uploads %d", m.Uploads, m.BackfillUploads)
 	}
-	if n := objects(t, h.gcs); n != 0 {
+	if n := substratetest.CountObjects(t, h.gcs, manifest.PartsPrefix("s")); n != 0 {
 		t.Fatalf("the attached replica holds %d parts", n)
 	}
 	if d := e.Metrics().Data; d.UnderReplicated != 3 || d.Stuck != 3 {
@@ -203,8 +203,8 @@ func TestBackfillIsIdempotentAndNeverDropsALocation(t *testing.T) {
 			}
 		}
 	}
-	if objects(t, h.gcs) != 3 {
-		t.Fatalf("%d objects on the new replica", objects(t, h.gcs))
+	if substratetest.CountObjects(t, h.gcs, manifest.PartsPrefix("s")) != 3 {
+		t.Fatalf("%d objects on the new replica", substratetest.CountObjects(t, h.gcs, manifest.PartsPrefix("s")))
 	}
 }
 
@@ -228,11 +228,7 @@ func TestBackfillAfterRestartReadsFromAReplica(t *testing.T) {
 	if m := e.Metrics(); m.BackfillUploads != 3 || m.UploadFailures != 0 {
 		t.Fatalf("backfill uploads %d, failures %d", m.BackfillUploads, m.UploadFailures)
 	}
-	for _, p := range sh.Manifest().Parts {
-		if len(p.Replicas) != 2 {
-			t.Fatalf("part %s on %v", p.Key, p.Replicas)
-		}
-	}
+	requireReplicas(t, sh, 2)
 }
 
 // TestReplayRefusesHistoryWithAnUnreachablePart: before a backfill, the attached
@@ -305,11 +301,7 @@ func TestBackfillOnOpenCopiesTheShardsHistory(t *testing.T) {
 	if m := e.Metrics(); m.BackfillUploads != 3 || m.Data.UnderReplicated != 0 {
 		t.Fatalf("backfill uploads %d, data %+v", m.BackfillUploads, m.Data)
 	}
-	for _, p := range sh.Manifest().Parts {
-		if len(p.Replicas) != 2 {
-			t.Fatalf("part %s on %v", p.Key, p.Replicas)
-		}
-	}
+	requireReplicas(t, sh, 2)
 }
 
 // TestWithoutBackfillAnOpenWarnsOnceThatTheReplicasAreNotACopy: with backfill off and

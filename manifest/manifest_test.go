@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -22,16 +23,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a settable clock for leases.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixNano())
-	return c
+// acquire takes the lease of shard "s" for instance "A" with the default options.
+func acquire(t *testing.T, st *Store) *Owner {
+	t.Helper()
+	o, _, err := Acquire(context.Background(), st, "s", "A", LeaseOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
 	return substratetest.NewBucket(t, name, d)
@@ -97,7 +97,7 @@ func TestAManifestWithAGapIsInvalid(t *testing.T) {
 
 func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 	ctx := context.Background()
-	c := newClock()
+	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
 	opts := LeaseOptions{Duration: 30 * time.Second, SkewMargin: 2 * time.Second, Now: c.Now}
 	a, prev, err := Acquire(ctx, st, "s", "A", opts, nil)
@@ -143,7 +143,7 @@ func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 
 func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 	ctx := context.Background()
-	c := newClock()
+	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
 	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Now: c.Now}, nil)
 	if err != nil {
@@ -206,10 +206,7 @@ func TestCommitsAppendPartsAndReachTheCopies(t *testing.T) {
 	ctx := context.Background()
 	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
 	st := NewStore(auth, cp)
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := acquire(t, st)
 	if err := o.Commit(ctx, part(0, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -233,10 +230,7 @@ func TestACommitWhoseReplyWasLostIsNotAppliedTwice(t *testing.T) {
 	ctx := context.Background()
 	fd := fault.Wrap(mem.New(), 1)
 	st := NewStore(bucket(t, "auth", fd))
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := acquire(t, st)
 	fd.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Nth: 1, Ambiguous: true, Err: errors.New("reply lost")})
 	if err := o.Commit(ctx, part(0, 10)); err == nil {
 		t.Fatal("the injected failure did not surface")
@@ -257,10 +251,7 @@ func TestAddReplicaRecordsEachLocationOnce(t *testing.T) {
 	ctx := context.Background()
 	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
 	st := NewStore(auth, cp)
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := acquire(t, st)
 	p := part(0, 10)
 	if err := o.Commit(ctx, p); err != nil {
 		t.Fatal(err)
@@ -288,10 +279,7 @@ func TestConcurrentAddReplicasShareAPublish(t *testing.T) {
 	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Latency: 20 * time.Millisecond})
 	auth := bucket(t, "auth", fd)
 	st := NewStore(auth)
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := acquire(t, st)
 	const parts = 16
 	for i := range parts {
 		if err := o.Commit(ctx, part(uint64(i*10), 10)); err != nil {

@@ -11,11 +11,14 @@ import (
 // Key is the object key of shard's manifest.
 func Key(shard string) string { return "shards/" + shard + "/manifest" }
 
+// PartsPrefix is the prefix of the object keys of shard's parts.
+func PartsPrefix(shard string) string { return "shards/" + shard + "/parts/" }
+
 // PartKey is the object key of a part of shard covering [first, next), sealed by
 // epoch; nonce makes every seal attempt's key unique, so a retried or fenced seal
 // never collides with another.
 func PartKey(shard string, first, next, epoch uint64, nonce string) string {
-	return fmt.Sprintf("shards/%s/parts/%020d-%020d-e%d-%s", shard, first, next, epoch, nonce)
+	return fmt.Sprintf("%s%020d-%020d-e%d-%s", PartsPrefix(shard), first, next, epoch, nonce)
 }
 
 // Store publishes manifests: compare-and-swap on the authority, then a plain copy

@@ -96,6 +96,17 @@ func writePart(t *testing.T, n int) (string, part.Info) {
 	return path, info
 }
 
+// partBytes is writePart's part as bytes, to be put on a replica.
+func partBytes(t *testing.T, n int) ([]byte, part.Info) {
+	t.Helper()
+	path, info := writePart(t, n)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, info
+}
+
 type recorder struct {
 	mu   sync.Mutex
 	seen []string
@@ -157,8 +168,7 @@ func TestAnUploadCopiesALocalPartToEveryTargetAndRecordsEach(t *testing.T) {
 func TestABackfillReadsFromAReplicaAndAddsNoLagSample(t *testing.T) {
 	ctx := context.Background()
 	s, buckets := setOf(t, "a", "b")
-	path, info := writePart(t, 50)
-	data, _ := os.ReadFile(path)
+	data, info := partBytes(t, 50)
 	buckets["a"].PutBytes(ctx, "k", data)
 	rec := &recorder{}
 	u := NewUploader(s, Options{TempDir: t.TempDir()}, rec.record)
@@ -178,8 +188,7 @@ func TestABackfillReadsFromAReplicaAndAddsNoLagSample(t *testing.T) {
 func TestACorruptSourceIsNotCopied(t *testing.T) {
 	ctx := context.Background()
 	s, buckets := setOf(t, "a", "b")
-	path, info := writePart(t, 50)
-	data, _ := os.ReadFile(path)
+	data, info := partBytes(t, 50)
 	data[len(data)/3] ^= 1
 	buckets["a"].PutBytes(ctx, "k", data)
 	u := NewUploader(s, Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond}, (&recorder{}).record)
@@ -241,8 +250,7 @@ func TestAFailedUploadIsCountedAndReleasesFlush(t *testing.T) {
 func TestABackfillRecordsItsCopiesTogether(t *testing.T) {
 	ctx := context.Background()
 	s, buckets := setOf(t, "a", "b")
-	path, info := writePart(t, 50)
-	data, _ := os.ReadFile(path)
+	data, info := partBytes(t, 50)
 	const parts = 8
 	var u *Uploader
 	var mu sync.Mutex
@@ -288,8 +296,7 @@ func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, info := writePart(t, 50)
-	data, _ := os.ReadFile(path)
+	data, info := partBytes(t, 50)
 	var mu sync.Mutex
 	recorded := map[string]time.Duration{}
 	start := time.Now()

@@ -23,6 +23,7 @@ import (
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/s3"
+	"github.com/l0store/l0/substrate/substratetest"
 )
 
 // TestAnAttachedReplicaIsARecoverableCopyOnlyAfterBackfill is the observed failure end
@@ -99,7 +100,7 @@ func attachAndBackfill(t *testing.T, name string, remote *substrate.Bucket) {
 	if err != nil || len(m.Parts) != 4 {
 		t.Fatalf("the %s replica's manifest: %d parts, %v", name, len(m.Parts), err)
 	}
-	if n := countParts(t, remote); n != 1 {
+	if n := substratetest.CountObjects(t, remote, manifest.PartsPrefix("events")); n != 1 {
 		t.Fatalf("the %s replica holds %d part objects, want 1 (sealed after the attach)", name, n)
 	}
 	got, err := coldRead(t, remote, name)
@@ -112,7 +113,7 @@ func attachAndBackfill(t *testing.T, name string, remote *substrate.Bucket) {
 			t.Fatalf("backfill queued %d, %v; want the 3 parts sealed before the attach", n, err)
 		}
 	})
-	if n := countParts(t, remote); n != 4 {
+	if n := substratetest.CountObjects(t, remote, manifest.PartsPrefix("events")); n != 4 {
 		t.Fatalf("after the backfill the %s replica holds %d part objects, want 4", name, n)
 	}
 	got, err = coldRead(t, remote, name)
@@ -124,18 +125,6 @@ func attachAndBackfill(t *testing.T, name string, remote *substrate.Bucket) {
 			t.Fatalf("record %d differs", i)
 		}
 	}
-}
-
-func countParts(t *testing.T, b *substrate.Bucket) int {
-	t.Helper()
-	n := 0
-	for _, err := range b.ListAll(context.Background(), "shards/events/parts/") {
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	return n
 }
 
 // coldRead opens a fresh engine on bucket alone and reads shard "events" whole.

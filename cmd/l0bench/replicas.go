@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate"
@@ -283,7 +284,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 
 // firstPartSize returns the size of the first part object of shard on b.
 func firstPartSize(ctx context.Context, b *substrate.Bucket, shard string) (int64, error) {
-	for e, err := range b.ListAll(ctx, "shards/"+shard+"/parts/") {
+	for e, err := range b.ListAll(ctx, manifest.PartsPrefix(shard)) {
 		if err != nil {
 			return 0, err
 		}

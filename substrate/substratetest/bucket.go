@@ -1,6 +1,7 @@
 package substratetest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/l0store/l0/substrate"
@@ -20,4 +21,17 @@ func NewBucket(t testing.TB, name string, d substrate.Driver) *substrate.Bucket 
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// CountObjects returns how many objects b holds under prefix.
+func CountObjects(t testing.TB, b *substrate.Bucket, prefix string) int {
+	t.Helper()
+	n := 0
+	for _, err := range b.ListAll(context.Background(), prefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
 }
