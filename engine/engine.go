@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
@@ -85,15 +87,12 @@ type Engine struct {
 // the WAL: every acknowledged record of every shard is there when Open returns.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
 	opts.EnsureDefaults()
-	if err := opts.Validate(); err != nil {
+	set, err := opts.validate()
+	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-	set, err := replica.NewSet(opts.Replicas, opts.Authority)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	partsDir := filepath.Join(opts.Dir, "parts")
 	if opts.Upload.TempDir == "" {
@@ -173,28 +172,18 @@ func instanceID(dir string) (string, error) {
 	var r [8]byte
 	rand.Read(r[:])
 	id := "l0-" + hex.EncodeToString(r[:])
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(path, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("engine: %w", err)
 	}
-	if err := syncFile(tmp); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("engine: %w", err)
-	}
-	return id, syncFile(dir)
+	return id, nil
 }
 
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	return nil
+// owners returns the owners of the open shards by shard id, a copy to use without
+// e.mu, and whether the engine is closed.
+func (e *Engine) owners() (map[string]*manifest.Owner, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.mu.owners), e.mu.closed
 }
 
 // Instance returns the id this engine holds leases as.
@@ -253,7 +242,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		Uploading:   func() bool { return e.uploader.Busy(id) },
 		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Observer: e.metrics, Logger: e.opts.Logger, Now: e.opts.Now,
+		Observer: e.metrics, Now: e.opts.Now,
 		OnClose: func() { e.forget(id) },
 	}, armed)
 	if err != nil {
@@ -345,12 +334,7 @@ func (e *Engine) renewLeases() {
 			return
 		case <-t.C:
 		}
-		e.mu.Lock()
-		owners := make(map[string]*manifest.Owner, len(e.mu.owners))
-		for id, o := range e.mu.owners {
-			owners[id] = o
-		}
-		e.mu.Unlock()
+		owners, _ := e.owners()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
 		sem := make(chan struct{}, renewConcurrency)
 		var wg sync.WaitGroup

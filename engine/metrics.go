@@ -293,19 +293,20 @@ func (c shardCollector) Collect(ch chan<- prometheus.Metric) {
 
 // durability assesses the parts of the open shards.
 func (e *Engine) durability() replica.Durability {
-	e.mu.Lock()
-	owners := make([]*manifest.Owner, 0, len(e.mu.owners))
-	for _, o := range e.mu.owners {
-		owners = append(owners, o)
-	}
-	e.mu.Unlock()
+	owners, _ := e.owners()
 	var parts []replica.PartReplicas
 	for _, o := range owners {
-		for _, p := range o.Manifest().Parts {
-			parts = append(parts, replica.PartReplicas{Key: p.Key, Replicas: p.Replicas})
-		}
+		parts = appendPartReplicas(parts, o.Manifest().Parts)
 	}
 	return e.set.Assess(parts, e.uploader.Pending)
+}
+
+// appendPartReplicas appends to dst where each of parts is held.
+func appendPartReplicas(dst []replica.PartReplicas, parts []manifest.Part) []replica.PartReplicas {
+	for _, p := range parts {
+		dst = append(dst, replica.PartReplicas{Key: p.Key, Replicas: p.Replicas})
+	}
+	return dst
 }
 
 // durabilityCollector exposes the replica set's configuration and the parts' data

@@ -107,30 +107,37 @@ func (o *Options) EnsureDefaults() {
 // Validate reports the first invalid field of defaulted options as an error wrapping
 // ErrInvalidOptions.
 func (o *Options) Validate() error {
+	_, err := o.validate()
+	return err
+}
+
+// validate is Validate, returning the replica set the options declare.
+func (o *Options) validate() (*replica.Set, error) {
 	switch {
 	case o.Dir == "":
-		return fmt.Errorf("%w: Dir is required", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: Dir is required", ErrInvalidOptions)
 	case o.MaxRecordSize <= 0:
-		return fmt.Errorf("%w: MaxRecordSize %d", ErrInvalidOptions, o.MaxRecordSize)
+		return nil, fmt.Errorf("%w: MaxRecordSize %d", ErrInvalidOptions, o.MaxRecordSize)
 	case o.MaxBatchBytes <= 0 || o.MaxBatchBytes > MaxBatchBytesLimit:
-		return fmt.Errorf("%w: MaxBatchBytes %d, want 1 to %d", ErrInvalidOptions, o.MaxBatchBytes, MaxBatchBytesLimit)
+		return nil, fmt.Errorf("%w: MaxBatchBytes %d, want 1 to %d", ErrInvalidOptions, o.MaxBatchBytes, MaxBatchBytesLimit)
 	case o.MaxRecordSize > o.MaxBatchBytes:
-		return fmt.Errorf("%w: MaxRecordSize %d over MaxBatchBytes %d", ErrInvalidOptions, o.MaxRecordSize, o.MaxBatchBytes)
+		return nil, fmt.Errorf("%w: MaxRecordSize %d over MaxBatchBytes %d", ErrInvalidOptions, o.MaxRecordSize, o.MaxBatchBytes)
 	case len(o.Replicas) == 0:
-		return fmt.Errorf("%w: Replicas (or Bucket) is required", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: Replicas (or Bucket) is required", ErrInvalidOptions)
 	case o.Bucket != nil && (len(o.Replicas) != 1 || o.Replicas[0].Bucket != o.Bucket):
-		return fmt.Errorf("%w: set Replicas or Bucket, not both", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: set Replicas or Bucket, not both", ErrInvalidOptions)
 	case o.RenewEvery <= 0 || o.RenewEvery >= o.Lease.Duration-2*o.Lease.SkewMargin:
-		return fmt.Errorf("%w: RenewEvery %s with a lease of %s and a skew margin of %s", ErrInvalidOptions, o.RenewEvery, o.Lease.Duration, o.Lease.SkewMargin)
+		return nil, fmt.Errorf("%w: RenewEvery %s with a lease of %s and a skew margin of %s", ErrInvalidOptions, o.RenewEvery, o.Lease.Duration, o.Lease.SkewMargin)
 	}
 	if err := o.Seal.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if err := o.Lease.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	if _, err := replica.NewSet(o.Replicas, o.Authority); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	set, err := replica.NewSet(o.Replicas, o.Authority)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	return nil
+	return set, nil
 }

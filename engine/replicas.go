@@ -27,7 +27,6 @@ func (e *Engine) afterCommit(id string, p manifest.Part, file string) (keep bool
 	})
 	if err != nil { // closed: the part stays short until a backfill
 		e.dropFile(p.Key, file)
-		return true
 	}
 	return true
 }
@@ -77,16 +76,10 @@ func (e *Engine) BackfillUnderReplicated(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	e.mu.Lock()
-	if e.mu.closed {
-		e.mu.Unlock()
+	owners, closed := e.owners()
+	if closed {
 		return 0, ErrClosed
 	}
-	owners := make(map[string]*manifest.Owner, len(e.mu.owners))
-	for id, o := range e.mu.owners {
-		owners[id] = o
-	}
-	e.mu.Unlock()
 	var n int
 	var errs []error
 	for id, o := range owners {
@@ -150,12 +143,7 @@ func (e *Engine) warnIfUnderReplicated(id string, o *manifest.Owner) {
 	if e.set.Len() < 2 || e.warnedUnderReplicated.Load() {
 		return
 	}
-	short := 0
-	for _, p := range o.Manifest().Parts {
-		if len(e.missing(p)) > 0 && !e.uploader.Pending(p.Key) {
-			short++
-		}
-	}
+	short := e.set.Assess(appendPartReplicas(nil, o.Manifest().Parts), e.uploader.Pending).Stuck
 	if short > 0 && e.warnedUnderReplicated.CompareAndSwap(false, true) {
 		e.opts.Logger.Warn("engine: parts lack copies on some replicas and no upload will make them: those replicas are not a recoverable copy; call BackfillUnderReplicated or set Options.BackfillOnOpen",
 			"shard", id, "parts", short, "replicas", e.set.Len())

@@ -66,7 +66,6 @@ type Owner struct {
 	mu struct {
 		sync.Mutex // held across a publish
 		ver        substrate.Version
-		copyErrs   int // failed copy writes, for the caller's metrics
 	}
 	adds struct {
 		sync.Mutex
@@ -121,7 +120,7 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 				return nil, Manifest{}, err
 			}
 		}
-		newVer, copyErr, err := store.publish(ctx, m, ver)
+		newVer, err := store.publish(ctx, m, ver)
 		if errors.Is(err, substrate.ErrPreconditionFailed) {
 			continue // another instance wrote first: look again
 		}
@@ -132,9 +131,6 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		o.published.Store(&m)
 		o.validity.Store(&validity{until: o.validUntil(now)})
 		o.mu.ver = newVer
-		if copyErr != nil {
-			o.mu.copyErrs++
-		}
 		return o, prev, nil
 	}
 }
@@ -163,13 +159,6 @@ func (o *Owner) Sealed() uint64 { return o.published.Load().Sealed }
 
 // Epoch returns the owner's epoch.
 func (o *Owner) Epoch() uint64 { return o.epoch }
-
-// CopyErrors returns how many manifest copies failed to be written so far.
-func (o *Owner) CopyErrors() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.mu.copyErrs
-}
 
 // Valid reports whether the owner may acknowledge now: nil while its lease holds,
 // ErrLeaseExpired once it ran out unrenewed, ErrFenced once another instance took
@@ -324,15 +313,12 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		if !m.Released {
 			m.LeaseExpiry = now.Add(o.opts.Duration)
 		}
-		ver, copyErr, err := o.store.publish(ctx, m, o.mu.ver)
+		ver, err := o.store.publish(ctx, m, o.mu.ver)
 		if err == nil {
 			o.mu.ver = ver
 			o.published.Store(&m)
 			if !m.Released {
 				o.validity.Store(&validity{until: o.validUntil(now)})
-			}
-			if copyErr != nil {
-				o.mu.copyErrs++
 			}
 			return nil
 		}

@@ -33,9 +33,6 @@ func NewStore(authority *substrate.Bucket, copies ...*substrate.Bucket) *Store {
 	return &Store{authority: authority, copies: copies}
 }
 
-// Authority returns the substrate whose copy fences owners.
-func (s *Store) Authority() *substrate.Bucket { return s.authority }
-
 // Load reads shard's manifest from the authority with its version. A shard never
 // published has the empty manifest and the empty version.
 func (s *Store) Load(ctx context.Context, shard string) (Manifest, substrate.Version, error) {
@@ -68,12 +65,12 @@ func load(ctx context.Context, b *substrate.Bucket, shard string) (Manifest, sub
 
 // publish writes m to the authority if its version is still ver (absent when ver is
 // empty) and returns the new version; substrate.ErrPreconditionFailed means another
-// write came first. The copies are written after the authority; their failure is
-// returned as copyErr and does not undo the publish.
-func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) (newVer substrate.Version, copyErr error, err error) {
+// write came first. The copies are written after the authority; a copy that fails
+// does not undo the publish, and the next publish rewrites it.
+func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) (substrate.Version, error) {
 	data, err := Encode(m)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	key := Key(m.Shard)
 	var attrs substrate.Attrs
@@ -87,13 +84,10 @@ func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) 
 		attrs, err = s.authority.CompareAndSwapBytes(ctx, key, ver, data)
 	}
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
-	var errs []error
 	for _, c := range s.copies {
-		if _, err := c.PutBytes(ctx, key, data); err != nil {
-			errs = append(errs, fmt.Errorf("manifest %s copy on %s: %w", m.Shard, c.Name(), err))
-		}
+		c.PutBytes(ctx, key, data) // a failed copy is rewritten by the next publish
 	}
-	return attrs.Version, errors.Join(errs...), nil
+	return attrs.Version, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"sync"
@@ -12,13 +11,8 @@ import (
 	"time"
 
 	"github.com/l0store/l0/internal/fsutil"
+	"github.com/l0store/l0/internal/part"
 )
-
-// partCRCTail is how many bytes at a part's end its part CRC does not cover: the CRC
-// itself, the footer CRC, the version and the magic (see internal/part).
-const partCRCTail = 4 + 4 + 1 + 7
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrClosed reports use of an Uploader after Close.
 var ErrClosed = errors.New("replica: uploader closed")
@@ -358,8 +352,22 @@ func (u *Uploader) run(j Job) {
 		errs = append(errs, err)
 		mu.Unlock()
 	}
+	// The source is read and checked once, for every target.
+	var (
+		src     *os.File
+		cleanup func()
+	)
+	if err := u.retry(func() (err error) {
+		src, cleanup, err = u.open(j)
+		return err
+	}); err != nil {
+		u.copyingEnded(j)
+		u.done(j, u.finish(j, err))
+		return
+	}
+	defer cleanup()
 	for _, target := range j.Targets {
-		if err := u.retry(func() error { return u.copyTo(j, target) }); err != nil {
+		if err := u.retry(func() error { return u.copyTo(j, src, target) }); err != nil {
 			fail(err)
 			continue
 		}
@@ -419,24 +427,22 @@ func (u *Uploader) retry(f func() error) error {
 	return err
 }
 
-// copyTo puts j's part on target, reading it from j's source and checking its size
-// and part CRC on the way. An object already there counts as the copy (a re-driven
-// upload re-states it) if its size matches.
-func (u *Uploader) copyTo(j Job, target string) error {
+// copyTo puts j's part, src (opened and checked by open), on target. An object
+// already there counts as the copy (a re-driven upload re-states it) if its size
+// matches.
+func (u *Uploader) copyTo(j Job, src *os.File, target string) error {
 	dst, ok := u.set.Get(target)
 	if !ok {
 		return fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
 	}
-	f, cleanup, err := u.open(j)
-	if err != nil {
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	defer cleanup()
-	attrs, created, err := dst.Bucket.PutIfAbsent(u.ctx, j.Key, f)
+	_, created, err := dst.Bucket.PutIfAbsent(u.ctx, j.Key, src)
 	if err != nil {
 		return fmt.Errorf("replica: upload %s to %s: %w", j.Key, target, err)
 	}
-	if !created && attrs.Size != j.Size {
+	if !created {
 		if a, err := dst.Bucket.Attributes(u.ctx, j.Key); err != nil || a.Size != j.Size {
 			return fmt.Errorf("replica: upload %s to %s: another object of %d bytes is there", j.Key, target, a.Size)
 		}
@@ -496,18 +502,13 @@ func (u *Uploader) open(j Job) (*os.File, func(), error) {
 
 // verify reads r whole and checks the part's size and part CRC.
 func verify(r io.Reader, j Job) error {
-	h := crc32.New(castagnoli)
-	n, err := io.Copy(h, io.LimitReader(r, max(0, j.Size-partCRCTail)))
+	n, crc, err := part.Checksum(r, j.Size)
 	if err != nil {
 		return fmt.Errorf("replica: verify %s from %s: %w", j.Key, j.Source, err)
 	}
-	rest, err := io.Copy(io.Discard, r)
-	if err != nil {
-		return fmt.Errorf("replica: verify %s from %s: %w", j.Key, j.Source, err)
-	}
-	if n+rest != j.Size || h.Sum32() != j.CRC {
+	if n != j.Size || crc != j.CRC {
 		return fmt.Errorf("replica: %s from %s: %d bytes with CRC %08x, want %d bytes with CRC %08x: %w",
-			j.Key, j.Source, n+rest, h.Sum32(), j.Size, j.CRC, ErrCorruptSource)
+			j.Key, j.Source, n, crc, j.Size, j.CRC, ErrCorruptSource)
 	}
 	return nil
 }

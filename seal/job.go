@@ -52,6 +52,16 @@ type Job struct {
 // after it, the pages below the sealed watermark are dropped by the next seal or
 // open (SPEC M4, DESIGN.md "Sealing").
 func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
+	res, err := j.run(ctx, budget)
+	// A closed WAL (the engine closing) and a stale epoch (a newer owner) stop the
+	// shard's seals for good, wherever in the job they show.
+	if (errors.Is(err, wal.ErrClosed) || errors.Is(err, wal.ErrStaleEpoch)) && !errors.Is(err, ErrStopped) {
+		err = errors.Join(err, ErrStopped)
+	}
+	return res, err
+}
+
+func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	// A fenced or released owner must not even write a part; a lapsed lease may
 	// still commit (the CAS decides), so it tries.
 	if err := j.Owner.Valid(); errors.Is(err, manifest.ErrFenced) && !errors.Is(err, manifest.ErrLeaseExpired) {
@@ -88,7 +98,7 @@ func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
 	}
 	if err := j.Owner.Commit(ctx, p); err != nil {
-		if errors.Is(err, manifest.ErrFenced) || errors.Is(err, manifest.ErrReleased) {
+		if errors.Is(err, manifest.ErrFenced) { // ErrReleased is an ErrFenced too
 			err = errors.Join(err, ErrStopped)
 		}
 		return Result{}, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
@@ -103,11 +113,7 @@ func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 }
 
 func (j Job) truncate(next uint64) error {
-	err := j.Log.TruncateThrough(j.Shard, j.Epoch, next)
-	if errors.Is(err, wal.ErrStaleEpoch) || errors.Is(err, wal.ErrClosed) {
-		err = errors.Join(err, ErrStopped)
-	}
-	if err != nil {
+	if err := j.Log.TruncateThrough(j.Shard, j.Epoch, next); err != nil {
 		return fmt.Errorf("seal %s: truncate the WAL through %d: %w", j.Shard, next, err)
 	}
 	return nil

@@ -46,17 +46,6 @@ type Stats struct {
 	SealedBytes uint64 // record bytes sealed
 }
 
-// Trigger names why a seal ran.
-type Trigger string
-
-// The triggers.
-const (
-	TriggerDeferred Trigger = "deferred"
-	TriggerSize     Trigger = "size"
-	TriggerWAL      Trigger = "wal"
-	TriggerAge      Trigger = "age"
-)
-
 // Scheduler evaluates the triggers of every shard it holds and runs their seals,
 // at most Concurrency at a time and one per shard.
 type Scheduler struct {
@@ -214,17 +203,11 @@ func (s *Scheduler) evaluate() {
 		if e.stopped || e.running || s.mu.paused[id] || real.Before(e.notUntil) {
 			continue
 		}
-		var why Trigger
-		switch {
-		case e.deferred:
-			why = TriggerDeferred
-		case bytes >= s.opts.SizeBytes:
-			why = TriggerSize
-		case bytes > 0 && !oldest.IsZero() && now.Sub(oldest) >= s.opts.Age:
-			why = TriggerAge
-		}
-		if why != "" {
-			s.startLocked(id, e, why, bytes)
+		deferred := e.deferred
+		size := bytes >= s.opts.SizeBytes
+		age := bytes > 0 && !oldest.IsZero() && now.Sub(oldest) >= s.opts.Age
+		if deferred || size || age {
+			s.startLocked(id, e, bytes)
 		}
 	}
 	// The WAL trigger: the largest shards until the rest is under the threshold.
@@ -235,17 +218,14 @@ func (s *Scheduler) evaluate() {
 		}
 		total -= c.bytes
 		if !c.e.stopped && !c.e.running && !s.mu.paused[c.id] && !real.Before(c.e.notUntil) && c.bytes > 0 {
-			s.startLocked(c.id, c.e, TriggerWAL, c.bytes)
+			s.startLocked(c.id, c.e, c.bytes)
 		}
 	}
 }
 
 // startLocked runs a seal of e if a slot is free; otherwise the next evaluation
 // tries again.
-func (s *Scheduler) startLocked(id string, e *entry, why Trigger, bytes uint64) {
-	if why != TriggerDeferred && bytes == 0 {
-		return // an empty shard never seals
-	}
+func (s *Scheduler) startLocked(id string, e *entry, bytes uint64) {
 	select {
 	case s.sem <- struct{}{}:
 	default:
@@ -256,7 +236,7 @@ func (s *Scheduler) startLocked(id string, e *entry, why Trigger, bytes uint64) 
 	e.deferred = false
 	if bytes == 0 {
 		<-s.sem
-		return
+		return // an empty shard never seals
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.running, e.cancel, e.idle = true, cancel, make(chan struct{})
@@ -266,11 +246,11 @@ func (s *Scheduler) startLocked(id string, e *entry, why Trigger, bytes uint64) 
 		res, err := e.t.Seal(ctx, s.opts.Budget)
 		cancel()
 		<-s.sem
-		s.finished(e, why, res, err)
+		s.finished(e, res, err)
 	}()
 }
 
-func (s *Scheduler) finished(e *entry, why Trigger, res Result, err error) {
+func (s *Scheduler) finished(e *entry, res Result, err error) {
 	s.mu.Lock()
 	defer func() {
 		e.running = false

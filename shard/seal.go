@@ -2,11 +2,9 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/l0store/l0/seal"
-	"github.com/l0store/l0/wal"
 )
 
 var _ seal.Target = (*Shard)(nil)
@@ -21,13 +19,9 @@ func (s *Shard) Unsealed() (uint64, time.Time) {
 // record bytes but at least one page.
 func (s *Shard) Seal(ctx context.Context, budget uint64) (seal.Result, error) {
 	first := s.cfg.Replicas.First()
-	res, err := seal.Job{
+	return seal.Job{
 		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: first.Bucket, Replica: first.Name,
 		Dir: s.cfg.PartsDir, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Now: s.cfg.Now,
 		AfterCommit: s.cfg.AfterCommit,
 	}.Run(ctx, budget)
-	if errors.Is(err, wal.ErrClosed) && !errors.Is(err, seal.ErrStopped) {
-		err = errors.Join(err, seal.ErrStopped)
-	}
-	return res, err
 }

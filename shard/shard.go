@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -75,7 +74,6 @@ type Config struct {
 	MaxRecordSize int
 	MaxBatchBytes int
 	Observer      Observer
-	Logger        *slog.Logger
 	Now           func() time.Time
 	// OnClose runs once, when the shard has closed or retired.
 	OnClose func()
@@ -103,7 +101,7 @@ func Open(id string, cfg Config, armed bool) (*Shard, error) {
 		return nil, err
 	}
 	if cfg.Log == nil || cfg.Owner == nil || cfg.Replicas == nil || cfg.Sealer == nil || cfg.Observer == nil ||
-		cfg.OnClose == nil || cfg.Logger == nil || cfg.Now == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
+		cfg.OnClose == nil || cfg.Now == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
 	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch()}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/l0store/l0/internal/fsutil"
 )
 
 // The acknowledged-watermark file. Changing any of these changes the on-disk format.
@@ -103,26 +105,7 @@ func readMarks(dir string) (map[string]mark, error) {
 
 // writeMarks replaces the watermark file of dir atomically and durably.
 func writeMarks(dir string, marks map[string]mark) error {
-	tmp := filepath.Join(dir, ackedFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(encodeMarks(marks))
-	if err == nil {
-		err = f.Sync()
-	}
-	if err := errors.Join(err, f.Close()); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, ackedFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
+	return fsutil.WriteFileAtomic(filepath.Join(dir, ackedFile), encodeMarks(marks))
 }
 
 // checkMarks compares what the log replayed with the watermark: a shard that ends

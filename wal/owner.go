@@ -66,14 +66,7 @@ func (l *Log) Adopt(shard string, epoch, sealed uint64, keep bool) (stranded uin
 			return 0, err
 		}
 	}
-	if err := l.dropPages(shard, pagesEnd(shard), sealed); err != nil {
-		return 0, err
-	}
-	st.setFloorLocked(sealed)
-	st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = sealed, 0, 0, time.Time{}
-	st.acked.Store(sealed)
-	l.changes.Add(1)
-	return stranded, nil
+	return stranded, l.resetLocked(shard, st, sealed)
 }
 
 // adoptLocked keeps the pages at and above sealed and drops the rest.
@@ -81,16 +74,21 @@ func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 	if sealed >= st.mu.next {
 		// Everything the log holds was sealed, perhaps more (a log that lost its
 		// unsealed tail is refused at open by the watermark, not here).
-		if err := l.dropPages(shard, pageKey(shard, sealed), sealed); err != nil {
-			return err
-		}
-		st.setFloorLocked(sealed)
-		st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = sealed, 0, 0, time.Time{}
-		st.acked.Store(max(st.acked.Load(), sealed))
-		l.changes.Add(1)
-		return nil
+		return l.resetLocked(shard, st, sealed)
 	}
 	return l.truncateLocked(shard, st, sealed)
+}
+
+// resetLocked drops every page of the shard, durably, and continues it at next.
+func (l *Log) resetLocked(shard string, st *shardState, next uint64) error {
+	if err := l.dropPages(shard, pagesEnd(shard), next); err != nil {
+		return err
+	}
+	st.setFloorLocked(next)
+	st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = next, 0, 0, time.Time{}
+	st.acked.Store(next)
+	l.changes.Add(1)
+	return nil
 }
 
 // dropPages deletes the shard's page keys below end and sets its floor, durably, in

@@ -526,10 +526,7 @@ func (l *Log) TruncateThrough(shard string, epoch, next uint64) error {
 			return err
 		}
 	}
-	st.mu.floor = next
-	st.mu.pages -= cut.pages
-	st.mu.payload -= cut.payload
-	st.mu.oldest = cut.oldest
+	st.cutLocked(next, cut)
 	st.mu.Unlock()
 	if err := b.SyncWait(); err != nil {
 		err = fmt.Errorf("wal: sync: %w", err)
@@ -542,14 +539,11 @@ func (l *Log) TruncateThrough(shard string, epoch, next uint64) error {
 	return nil
 }
 
-// truncateLocked is TruncateThrough with st.truncating and st.mu held, for an open:
-// it holds the lock through its own fsync.
+// truncateLocked is TruncateThrough with st.truncating and st.mu held, for an open
+// (it holds the lock through its own fsync); next must not be past the shard's end.
 func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if next <= st.mu.floor {
 		return nil
-	}
-	if next > st.mu.next {
-		return fmt.Errorf("wal: truncate shard %q through %d past its end %d: %w", shard, next, st.mu.next, ErrNotPageBoundary)
 	}
 	cut, err := l.pagesBelow(shard, st.mu.floor, next, st.mu.next)
 	if err != nil {
@@ -558,10 +552,8 @@ func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if err := l.dropPages(shard, pageKey(shard, next), next); err != nil {
 		return err
 	}
-	st.setFloorLocked(next)
-	st.mu.pages -= cut.pages
-	st.mu.payload -= cut.payload
-	st.mu.oldest = cut.oldest
+	st.cutLocked(next, cut)
+	st.floorMark.Store(next)
 	l.changes.Add(1)
 	return nil
 }
@@ -572,6 +564,15 @@ type cut struct {
 	pages   int
 	payload uint64
 	oldest  time.Time
+}
+
+// cutLocked raises the shard's floor to next and takes c from its counts; st.mu is
+// held. The watermark's floorMark is the caller's to raise once the cut is durable.
+func (st *shardState) cutLocked(next uint64, c cut) {
+	st.mu.floor = next
+	st.mu.pages -= c.pages
+	st.mu.payload -= c.payload
+	st.mu.oldest = c.oldest
 }
 
 // pagesBelow counts the shard's pages from floor to next, reading their headers

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 )
 
 // The part format. Changing any of these changes the on-disk format.
@@ -100,3 +101,21 @@ func (f footer) append(dst []byte) []byte {
 // footerCRCPos is where the footer CRC sits in the footer; the part CRC is just
 // before it.
 const footerCRCPos = 8 + 4 + 8 + 8 + 4
+
+// crcTail is how many bytes at a part's end the part CRC does not cover: the part
+// CRC itself and what follows it in the footer.
+const crcTail = footerLen - (footerCRCPos - 4)
+
+// Checksum reads r, which holds a part of size bytes, to its end and returns how
+// many bytes it held and the part CRC of the first size-crcTail of them (see
+// doc.go): what a copier compares with the size and CRC a manifest records, without
+// parsing the part.
+func Checksum(r io.Reader, size int64) (n int64, crc uint32, err error) {
+	h := crc32.New(castagnoli)
+	n, err = io.Copy(h, io.LimitReader(r, max(0, size-crcTail)))
+	if err != nil {
+		return n, 0, err
+	}
+	rest, err := io.Copy(io.Discard, r)
+	return n + rest, h.Sum32(), err
+}

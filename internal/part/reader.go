@@ -34,9 +34,9 @@ type Reader struct {
 	dec   *zstd.Decoder
 	info  Info
 	index []blockEntry
-	// tail is the index and the footer up to the part CRC: the bytes after the blocks
-	// that the part CRC covers.
-	tail []byte
+	// head is the header and tail the index and the footer up to the part CRC: the
+	// bytes before and after the blocks that the part CRC covers.
+	head, tail []byte
 }
 
 // Open reads and checks the header, footer and index of the part of size bytes in r.
@@ -80,6 +80,7 @@ func (pr *Reader) open() error {
 	if err != nil {
 		return err
 	}
+	pr.head = h
 	if string(h[:len(headerMagic)]) != headerMagic {
 		return pr.corrupt(0, "no part header")
 	}
@@ -183,12 +184,7 @@ func (pr *Reader) Records(from uint64) iter.Seq2[Record, error] {
 		whole := start == 0
 		crc := crc32.New(castagnoli)
 		if whole {
-			h, err := pr.readAt(0, headerLen)
-			if err != nil {
-				yield(Record{}, err)
-				return
-			}
-			crc.Write(h)
+			crc.Write(pr.head)
 		}
 		for i := start; i < len(pr.index); i++ {
 			b := pr.index[i]
