@@ -159,13 +159,13 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 		prog.step()
 	}
 	wg.Wait()
+	run.elapsed = time.Since(start) // what the readers read in, not the uploads' drain
 	if errp := failed.Load(); errp != nil {
 		return mixedRun{}, *errp
 	}
 	if err := e.FlushAndWaitUploads(ctx); err != nil {
 		return mixedRun{}, err
 	}
-	run.elapsed = time.Since(start)
 	run.readBytes = read.Load()
 	for _, l := range lats {
 		run.appendLat = append(run.appendLat, l...)
