@@ -170,12 +170,7 @@ func gcsProcessBucket(t *testing.T) *substrate.Bucket {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := substrate.New(d, substrate.Options{Name: "gcs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return substratetest.NewBucket(t, "gcs", d)
 }
 
 func s3ProcessBucket(t *testing.T) *substrate.Bucket {
@@ -195,10 +190,5 @@ func s3ProcessBucket(t *testing.T) *substrate.Bucket {
 	if _, err := d.Client().CreateBucket(t.Context(), &awss3.CreateBucketInput{Bucket: aws.String(d.Bucket())}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := substrate.New(d, substrate.Options{Name: "s3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return substratetest.NewBucket(t, "s3", d)
 }

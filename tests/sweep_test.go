@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func sweepRun(t *testing.T, i int, ambiguous bool) bool {
 	t.Helper()
 	ctx := context.Background()
 	dir, store := t.TempDir(), t.TempDir()
-	d, err := local.New(store)
+	d, err := local.New(filepath.Join(store, "bucket")) // where localBucket(store) opens it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func sweepRun(t *testing.T, i int, ambiguous bool) bool {
 	}
 	bucket.Close()
 
-	clean, err := localBucket2(store)
+	clean, err := localBucket(store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +119,4 @@ func sweepRun(t *testing.T, i int, ambiguous bool) bool {
 		}
 	}
 	return fd.Injected() > 0
-}
-
-// localBucket2 opens the local-directory bucket at store.
-func localBucket2(store string) (*substrate.Bucket, error) {
-	d, err := local.New(store)
-	if err != nil {
-		return nil, err
-	}
-	return substrate.New(d, substrate.Options{Name: "clean"})
 }

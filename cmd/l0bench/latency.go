@@ -158,12 +158,7 @@ func offeredLoad(ctx context.Context, dir string, p appendParams, shards int, mb
 	if len(all) == 0 {
 		return loadLevel{}, fmt.Errorf("no append at %.1f MB/s", mbps)
 	}
-	slices.Sort(all)
-	slices.Sort(late)
-	if len(late) == 0 {
-		late = []time.Duration{0}
-	}
-	q := func(ds []time.Duration, f float64) float64 { return ms(ds[min(len(ds)-1, int(f*float64(len(ds))))]) }
+	q := func(ds []time.Duration, f float64) float64 { return ms(percentile(ds, f)) }
 	return loadLevel{
 		OfferedMBps: mbps,
 		AchievedMBs: float64(len(all)) * float64(p.batchBytes()) / 1e6 / time.Since(start).Seconds(),

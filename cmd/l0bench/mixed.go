@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -46,14 +45,7 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 		return err
 	}
 	prog.done()
-	pct := func(ds []time.Duration, p float64) float64 {
-		if len(ds) == 0 {
-			return 0
-		}
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return ms(s[min(len(s)-1, int(p*float64(len(s))))])
-	}
+	pct := func(ds []time.Duration, p float64) float64 { return ms(percentile(ds, p)) }
 	readMBps := float64(mixed.readBytes) / 1e6 / mixed.elapsed.Seconds()
 	fmt.Fprintf(out, "mixed · 8 shards at 8 MB/s in all for %s: appends alone, then with a tailing reader per shard, seals every 1 MiB and copies to a %s replica\n",
 		duration, g.kind)

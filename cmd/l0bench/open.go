@@ -40,10 +40,8 @@ func openScenario(ctx context.Context, cfg config, root string, out, results io.
 	prog := newProgress("open", int(math.Ceil(cfg.openPartsMB/64))+2)
 	appendMB := func(mb float64) error {
 		for done := int64(0); float64(done) < mb*1e6; done += rawBytes {
-			for i := 0; i < len(recs); i += 16 {
-				if _, err := sh.Append(ctx, recs[i:i+16]...); err != nil {
-					return err
-				}
+			if err := appendAll(ctx, sh, recs); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -7,13 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
+	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -32,11 +33,9 @@ func runBackfill(ctx context.Context, dir string, g *remote, parts int, recs [][
 		return 0, 0, 0, err
 	}
 	for range parts {
-		for i := 0; i < len(recs); i += 16 {
-			if _, err := sh.Append(ctx, recs[i:min(i+16, len(recs))]...); err != nil {
-				e.Close()
-				return 0, 0, 0, err
-			}
+		if err := appendAll(ctx, sh, recs); err != nil {
+			e.Close()
+			return 0, 0, 0, err
 		}
 		if _, err := sh.Seal(ctx, 1<<40); err != nil {
 			e.Close()
@@ -215,16 +214,24 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	duration := max(3*time.Second, 6*cfg.duration)
 	prog := newProgress("lag", int(duration/time.Second))
 	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	var first *shard.Shard
 	deadline := time.Now().Add(duration)
 	for s := range shards {
 		sh, err := e.OpenShard(ctx, fmt.Sprint("lag-", s))
 		if err != nil {
 			return err
 		}
+		if first == nil {
+			first = sh
+		}
 		wg.Go(func() {
 			for t := time.Now(); t.Before(deadline); t = t.Add(interval) {
 				time.Sleep(time.Until(t))
-				sh.Append(ctx, recs...)
+				if _, err := sh.Append(ctx, recs...); err != nil {
+					failed.Store(&err)
+					return
+				}
 			}
 		})
 	}
@@ -234,6 +241,9 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	}
 	wg.Wait()
 	prog.done()
+	if errp := failed.Load(); errp != nil {
+		return *errp
+	}
 	if err := e.FlushAndWaitUploads(ctx); err != nil {
 		return err
 	}
@@ -244,7 +254,10 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		return fmt.Errorf("lag: no part became durable")
 	}
 	// The baseline: raw puts of objects the size of the parts, same client.
-	partSize, _ := firstPartSize(ctx, local, "lag-0")
+	var partSize int64
+	if parts := first.Manifest().Parts; len(parts) > 0 {
+		partSize = parts[0].Size
+	}
 	obj := make([]byte, max(partSize, 1))
 	var puts []time.Duration
 	for i := range 20 {
@@ -254,11 +267,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		}
 		puts = append(puts, time.Since(start))
 	}
-	pct := func(ds []time.Duration, p float64) time.Duration {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return s[min(len(s)-1, int(p*float64(len(s))))]
-	}
+	pct := percentile
 	fmt.Fprintf(out, "lag · %d shards at %.0f MB/s in all, sealing every 1 MiB onto a local replica, copied to a %s replica (%s) · %s · %d parts\n",
 		shards, rateMBps, g.kind, g.endpoint, duration, len(samples))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -280,15 +289,4 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		Baselines: map[string]map[string]float64{"raw_put_part_size": {"p50_ms": ms(pct(puts, .5)), "p99_ms": ms(pct(puts, .99))}},
 		Ratios:    map[string]float64{"lag_p99_vs_raw_put_p99": ratio(ms(pct(samples, .99)), ms(pct(puts, .99)))},
 	})
-}
-
-// firstPartSize returns the size of the first part object of shard on b.
-func firstPartSize(ctx context.Context, b *substrate.Bucket, shard string) (int64, error) {
-	for e, err := range b.ListAll(ctx, manifest.PartsPrefix(shard)) {
-		if err != nil {
-			return 0, err
-		}
-		return e.Size, nil
-	}
-	return 0, fmt.Errorf("no part")
 }

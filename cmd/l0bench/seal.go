@@ -132,13 +132,21 @@ func backlog(ctx context.Context, dir string, bucket *substrate.Bucket, id strin
 		e.Close()
 		return nil, nil, err
 	}
-	for i := 0; i < len(recs); i += 16 {
-		if _, err := sh.Append(ctx, recs[i:min(i+16, len(recs))]...); err != nil {
-			e.Close()
-			return nil, nil, err
-		}
+	if err := appendAll(ctx, sh, recs); err != nil {
+		e.Close()
+		return nil, nil, err
 	}
 	return e, sh, nil
+}
+
+// appendAll appends recs to sh in batches of 16.
+func appendAll(ctx context.Context, sh *shard.Shard, recs [][]byte) error {
+	for i := 0; i < len(recs); i += 16 {
+		if _, err := sh.Append(ctx, recs[i:min(i+16, len(recs))]...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runSeal times one seal of recs, appended first, into a part on a local-directory

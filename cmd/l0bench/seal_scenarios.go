@@ -16,14 +16,7 @@ const recordSize = 1024
 
 func recordsFor(mb float64) int { return max(16, int(mb*1e6)/recordSize) }
 
-func medianDuration(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func medianDuration(ds []time.Duration) time.Duration { return middle(slices.Clone(ds)) }
 
 func sealScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
 	recs := events(recordsFor(cfg.sealMB), recordSize, 1)

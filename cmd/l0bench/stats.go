@@ -16,15 +16,31 @@ type sample struct {
 	fsyncs  uint64          // 0 when the contender does not know
 }
 
-func (s sample) mbps() float64        { return float64(s.bytes) / 1e6 / s.elapsed.Seconds() }
-func (s sample) recordsPerS() float64 { return float64(s.records) / s.elapsed.Seconds() }
-func (s sample) percentile(p float64) time.Duration {
-	if len(s.lat) == 0 {
+func (s sample) mbps() float64                      { return float64(s.bytes) / 1e6 / s.elapsed.Seconds() }
+func (s sample) recordsPerS() float64               { return float64(s.records) / s.elapsed.Seconds() }
+func (s sample) percentile(p float64) time.Duration { return percentile(s.lat, p) }
+
+// percentile returns the p-quantile (0 to 1) of ds, 0 when ds is empty.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
-	l := slices.Clone(s.lat)
-	slices.Sort(l)
-	return l[min(len(l)-1, int(p*float64(len(l))))]
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// middle returns the median of vs, which it sorts; the mean of the two middle values
+// when their number is even, and 0 when there are none.
+func middle[T time.Duration | float64](vs []T) T {
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	if n := len(vs); n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2
+	}
+	return vs[len(vs)/2]
 }
 
 // figures are the medians of a contender's samples across rounds.
@@ -60,11 +76,7 @@ func median(samples []sample, f func(sample) float64) float64 {
 	for i, s := range samples {
 		v[i] = f(s)
 	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return middle(v)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -86,14 +98,7 @@ func pairedRatio(contender, baseline []time.Duration) float64 {
 			rs = append(rs, baseline[i].Seconds()/contender[i].Seconds())
 		}
 	}
-	if len(rs) == 0 {
-		return 0
-	}
-	slices.Sort(rs)
-	if n := len(rs); n%2 == 0 {
-		return (rs[n/2-1] + rs[n/2]) / 2
-	}
-	return rs[len(rs)/2]
+	return middle(rs)
 }
 
 // pairedNote says how the rounds of a paired scenario were run and summarized.
