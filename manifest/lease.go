@@ -113,6 +113,7 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		}
 		prev := m.Clone()
 		m.Epoch++
+		m.Seq++
 		m.Owner, m.Released = instance, false
 		m.LeaseExpiry = now.Add(opts.Duration)
 		if before != nil {
@@ -122,10 +123,16 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		}
 		newVer, err := store.publish(ctx, m, ver)
 		if errors.Is(err, substrate.ErrPreconditionFailed) {
-			continue // another instance wrote first: look again
+			continue // another instance wrote first, or our write did and its reply was lost: look again
 		}
 		if err != nil {
-			return nil, Manifest{}, fmt.Errorf("manifest %s: acquire: %w", shard, err)
+			// The takeover may have landed with its reply lost: reading back tells.
+			cur, curVer, lerr := store.Load(ctx, shard)
+			if lerr != nil || cur.Owner != instance || cur.Epoch != m.Epoch || cur.Seq != m.Seq {
+				return nil, Manifest{}, fmt.Errorf("manifest %s: acquire: %w", shard, errors.Join(err, lerr))
+			}
+			store.published(cur, nil)
+			newVer = curVer
 		}
 		o := &Owner{store: store, instance: instance, epoch: m.Epoch, opts: opts}
 		o.published.Store(&m)
@@ -259,14 +266,6 @@ type replicaAdd struct {
 	done         chan error
 }
 
-// ErrUnknownPart reports a part the manifest does not name.
-var ErrUnknownPart = errors.New("manifest: unknown part")
-
-// ErrConflict reports a commit that does not follow the manifest as published.
-var ErrConflict = errors.New("manifest: commit does not follow the sealed watermark")
-
-var errAlreadyDone = errors.New("already done")
-
 // maxConflicts bounds the reload-and-retry of one update: only an ambiguous write of
 // our own can cause a conflict without fencing us, so more than a few is a bug.
 const maxConflicts = 8
@@ -313,26 +312,54 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		if !m.Released {
 			m.LeaseExpiry = now.Add(o.opts.Duration)
 		}
+		m.Seq++
 		ver, err := o.store.publish(ctx, m, o.mu.ver)
 		if err == nil {
-			o.mu.ver = ver
-			o.published.Store(&m)
-			if !m.Released {
-				o.validity.Store(&validity{until: o.validUntil(now)})
-			}
+			o.publishedLocked(m, ver, now)
 			return nil
 		}
-		if !errors.Is(err, substrate.ErrPreconditionFailed) {
-			return fmt.Errorf("manifest %s: publish: %w", m.Shard, err)
-		}
-		cur, curVer, err := o.store.Load(ctx, m.Shard)
-		if err != nil {
-			return fmt.Errorf("manifest %s: reload after a conflict: %w", m.Shard, err)
+		// A precondition failure is another write first (a new owner's, or ours
+		// whose reply was lost); any other error may have landed too. Either way
+		// the authority tells: the manifest carries our epoch and sequence.
+		cur, curVer, lerr := o.store.Load(ctx, m.Shard)
+		if lerr != nil {
+			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err, lerr))
 		}
 		if cur.Epoch != o.epoch || cur.Owner != o.instance {
 			return o.stop(fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.epoch, cur.Epoch, cur.Owner, ErrFenced))
 		}
+		if !errors.Is(err, substrate.ErrPreconditionFailed) {
+			if cur.Seq == m.Seq { // it landed
+				o.store.published(cur, nil)
+				o.publishedLocked(cur, curVer, now)
+				return nil
+			}
+			// Not there now; a request still in flight could land later, but only
+			// on the version it was sent for, which the next write replaces.
+			o.mu.ver = curVer
+			o.published.Store(&cur)
+			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err))
+		}
 		o.mu.ver = curVer
 		o.published.Store(&cur)
 	}
+}
+
+// publishedLocked makes m, which the authority holds at ver, the owner's view; now
+// is when its lease was written.
+func (o *Owner) publishedLocked(m Manifest, ver substrate.Version, now time.Time) {
+	o.mu.ver = ver
+	o.published.Store(&m)
+	if !m.Released {
+		o.validity.Store(&validity{until: o.validUntil(now)})
+	}
+}
+
+// WaitCopies waits until every other substrate holds the manifest as this owner
+// last published it, or a newer one; or an attempt at a copy failed (its error);
+// or ctx ended. Publishes never wait for the copies; a Close that hands the shard
+// over does.
+func (o *Owner) WaitCopies(ctx context.Context) error {
+	m := o.published.Load()
+	return o.store.waitCopies(ctx, m.Shard, m.Seq)
 }

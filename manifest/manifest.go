@@ -37,6 +37,17 @@ var (
 	ErrOwned = errors.New("manifest: owned by another instance")
 	// ErrReleased reports use of an Owner after Release; it is also ErrFenced.
 	ErrReleased = fmt.Errorf("%w: lease released", ErrFenced)
+	// ErrUnknownPart reports a part the manifest does not name.
+	ErrUnknownPart = errors.New("manifest: unknown part")
+	// ErrConflict reports a commit that does not follow the manifest as published.
+	ErrConflict = errors.New("manifest: commit does not follow the sealed watermark")
+	// ErrUnknownOutcome reports a write that may or may not have reached the
+	// authority: it failed, and reading the manifest back did not settle it. The
+	// owner's next write settles it (the compare-and-swap fails if it landed, and
+	// the owner reloads).
+	ErrUnknownOutcome = errors.New("manifest: write outcome unknown")
+
+	errAlreadyDone = errors.New("manifest: already done")
 )
 
 // OwnedError says who holds a shard and until when.
@@ -56,6 +67,11 @@ type Manifest struct {
 	Shard string `json:"shard"`
 	// Epoch counts ownership takeovers; every open bumps it.
 	Epoch uint64 `json:"epoch"`
+	// Seq counts the manifest's publishes: each is one past the manifest it
+	// replaced on the authority, whoever wrote it. Two different states of a shard
+	// never share bytes (an S3 ETag, a content hash, cannot come back), and a copy
+	// can tell an older manifest from a newer one.
+	Seq uint64 `json:"seq"`
 	// Owner is the instance that took Epoch. Its lease ends at LeaseExpiry, by its
 	// own clock, or when it is Released; the owner stays named after a release, so
 	// the next owner knows whose unsealed pages follow the sealed watermark.

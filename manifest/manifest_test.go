@@ -206,6 +206,7 @@ func TestCommitsAppendPartsAndReachTheCopies(t *testing.T) {
 	ctx := context.Background()
 	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
 	st := NewStore(auth, cp)
+	t.Cleanup(st.Close)
 	o := acquire(t, st)
 	if err := o.Commit(ctx, part(0, 10)); err != nil {
 		t.Fatal(err)
@@ -216,6 +217,9 @@ func TestCommitsAppendPartsAndReachTheCopies(t *testing.T) {
 	if err := o.Commit(ctx, part(20, 5)); !errors.Is(err, ErrConflict) {
 		t.Fatalf("a part after a gap: %v, want ErrConflict", err)
 	}
+	if err := st.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range []*substrate.Bucket{auth, cp} {
 		m, err := LoadFrom(ctx, b, "s")
 		if err != nil || len(m.Parts) != 2 || m.Sealed != 15 || m.Owner != "A" {
@@ -224,19 +228,20 @@ func TestCommitsAppendPartsAndReachTheCopies(t *testing.T) {
 	}
 }
 
-// TestACommitWhoseReplyWasLostIsNotAppliedTwice: the authority took the write but
-// the owner saw an error; committing the same part again finds it there.
-func TestACommitWhoseReplyWasLostIsNotAppliedTwice(t *testing.T) {
+// TestACommitWhoseReplyWasLostIsSettledByReadingItBack: the authority took the
+// write but the owner saw an error; reading the manifest back shows the commit
+// landed, so it is a commit, once.
+func TestACommitWhoseReplyWasLostIsSettledByReadingItBack(t *testing.T) {
 	ctx := context.Background()
 	fd := fault.Wrap(mem.New(), 1)
 	st := NewStore(bucket(t, "auth", fd))
 	o := acquire(t, st)
 	fd.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Nth: 1, Ambiguous: true, Err: errors.New("reply lost")})
-	if err := o.Commit(ctx, part(0, 10)); err == nil {
-		t.Fatal("the injected failure did not surface")
+	if err := o.Commit(ctx, part(0, 10)); err != nil {
+		t.Fatalf("a commit that landed: %v", err)
 	}
 	if err := o.Commit(ctx, part(0, 10)); err != nil {
-		t.Fatalf("second commit: %v", err)
+		t.Fatalf("the same commit again: %v", err)
 	}
 	m, _, _ := st.Load(ctx, "s")
 	if len(m.Parts) != 1 || m.Sealed != 10 {
@@ -247,10 +252,35 @@ func TestACommitWhoseReplyWasLostIsNotAppliedTwice(t *testing.T) {
 	}
 }
 
+// TestACommitWhoseOutcomeCannotBeReadBackIsUnknownUntilTheNextWrite: the write
+// landed, its reply was lost, and so was the read back: the owner says it does not
+// know, and its next write finds the part there.
+func TestACommitWhoseOutcomeCannotBeReadBackIsUnknownUntilTheNextWrite(t *testing.T) {
+	ctx := context.Background()
+	fd := fault.Wrap(mem.New(), 1)
+	st := NewStore(bucket(t, "auth", fd))
+	o := acquire(t, st)
+	fd.SetRules(
+		fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Nth: 1, Ambiguous: true, Err: errors.New("reply lost")},
+		fault.Rule{Ops: []substrate.Op{substrate.OpGet}, Nth: 1, Err: errors.New("read lost")})
+	err := o.Commit(ctx, part(0, 10))
+	if !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("commit: %v, want ErrUnknownOutcome", err)
+	}
+	fd.SetRules()
+	if err := o.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := o.Manifest(); len(m.Parts) != 1 || m.Sealed != 10 {
+		t.Fatalf("after the next write the owner sees %+v: the landed part is not there", m)
+	}
+}
+
 func TestAddReplicaRecordsEachLocationOnce(t *testing.T) {
 	ctx := context.Background()
 	auth, cp := bucket(t, "auth", nil), bucket(t, "copy", nil)
 	st := NewStore(auth, cp)
+	t.Cleanup(st.Close)
 	o := acquire(t, st)
 	p := part(0, 10)
 	if err := o.Commit(ctx, p); err != nil {
@@ -263,6 +293,9 @@ func TestAddReplicaRecordsEachLocationOnce(t *testing.T) {
 	}
 	if err := o.AddReplica(ctx, "nope", "b"); !errors.Is(err, ErrUnknownPart) {
 		t.Fatalf("unknown part: %v", err)
+	}
+	if err := o.WaitCopies(ctx); err != nil {
+		t.Fatal(err)
 	}
 	for _, b := range []*substrate.Bucket{auth, cp} {
 		m, err := LoadFrom(ctx, b, "s")

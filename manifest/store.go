@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/l0store/l0/substrate"
 )
@@ -21,16 +23,82 @@ func PartKey(shard string, first, next, epoch uint64, nonce string) string {
 	return fmt.Sprintf("%s%020d-%020d-e%d-%s", PartsPrefix(shard), first, next, epoch, nonce)
 }
 
-// Store publishes manifests: compare-and-swap on the authority, then a plain copy
-// to every other substrate.
+// Store publishes manifests: compare-and-swap on the authority, then a copy to
+// every other substrate in the background (see copier). It is safe for concurrent
+// use; Close stops the copies.
 type Store struct {
 	authority *substrate.Bucket
-	copies    []*substrate.Bucket
+	copies    []*copier
 }
 
-// NewStore returns a Store over the authority substrate and the copies.
+// StoreOptions configure a Store. The zero value of each field means its default.
+type StoreOptions struct {
+	// Logger receives the copies' failures; nil discards them.
+	Logger *slog.Logger
+	// CopyTimeout bounds one attempt at copying a manifest to a substrate. A copy
+	// that fails is tried again a second later while the Store is open. Default 10 s.
+	CopyTimeout time.Duration
+}
+
+// EnsureDefaults fills in the zero fields.
+func (o *StoreOptions) EnsureDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CopyTimeout <= 0 {
+		o.CopyTimeout = 10 * time.Second
+	}
+}
+
+// NewStore returns a Store over the authority substrate and the copies, with the
+// default StoreOptions.
 func NewStore(authority *substrate.Bucket, copies ...*substrate.Bucket) *Store {
-	return &Store{authority: authority, copies: copies}
+	return NewStoreWithOptions(StoreOptions{}, authority, copies...)
+}
+
+// NewStoreWithOptions is NewStore with options.
+func NewStoreWithOptions(opts StoreOptions, authority *substrate.Bucket, copies ...*substrate.Bucket) *Store {
+	opts.EnsureDefaults()
+	s := &Store{authority: authority}
+	for _, b := range copies {
+		s.copies = append(s.copies, newCopier(b, opts))
+	}
+	return s
+}
+
+// Flush waits until every copy handed over before the call has landed, or failed
+// an attempt (the errors, joined), or ctx ended.
+func (s *Store) Flush(ctx context.Context) error {
+	var errs []error
+	for _, c := range s.copies {
+		for shard, seq := range c.pending() {
+			if err := c.wait(ctx, shard, seq); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitCopies waits until every copy of shard's manifest of sequence seq (or a
+// newer one) has landed, or failed an attempt, or ctx ended.
+func (s *Store) waitCopies(ctx context.Context, shard string, seq uint64) error {
+	var errs []error
+	for _, c := range s.copies {
+		if err := c.wait(ctx, shard, seq); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the copies: those in flight are cancelled, queued ones dropped (the
+// next owner's publishes bring the substrates up to date). Flush first to let them
+// land. Load and publishes to the authority still work after Close.
+func (s *Store) Close() {
+	for _, c := range s.copies {
+		c.close()
+	}
 }
 
 // Load reads shard's manifest from the authority with its version. A shard never
@@ -65,8 +133,9 @@ func load(ctx context.Context, b *substrate.Bucket, shard string) (Manifest, sub
 
 // publish writes m to the authority if its version is still ver (absent when ver is
 // empty) and returns the new version; substrate.ErrPreconditionFailed means another
-// write came first. The copies are written after the authority; a copy that fails
-// does not undo the publish, and the next publish rewrites it.
+// write came first. m.Seq must be one past the sequence of the manifest at ver. Once
+// the authority holds m, the copies are handed over and publish returns: no caller
+// waits on a copy.
 func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) (substrate.Version, error) {
 	data, err := Encode(m)
 	if err != nil {
@@ -86,8 +155,23 @@ func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) 
 	if err != nil {
 		return "", err
 	}
-	for _, c := range s.copies {
-		c.PutBytes(ctx, key, data) // a failed copy is rewritten by the next publish
-	}
+	s.published(m, data)
 	return attrs.Version, nil
+}
+
+// published hands m, which the authority holds, to the copies; data is its
+// encoding, or nil.
+func (s *Store) published(m Manifest, data []byte) {
+	if len(s.copies) == 0 {
+		return
+	}
+	if data == nil {
+		var err error
+		if data, err = Encode(m); err != nil {
+			return // it was decoded from the authority: it encodes
+		}
+	}
+	for _, c := range s.copies {
+		c.offer(m, data)
+	}
 }
