@@ -103,16 +103,20 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 	}
-	if opts.Instance == "" {
-		id, err := instanceID(opts.Dir)
-		if err != nil {
-			return nil, err
-		}
-		opts.Instance = id
-	}
+	// The WAL's directory lock is taken first: only the engine that holds it may
+	// create Dir/instance, or two opens of a new Dir could each write an id and the
+	// loser's would outlive the winner's leases.
 	log, err := wal.Open(filepath.Join(opts.Dir, "wal"), wal.Options{Logger: opts.Logger, Now: opts.Now})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if opts.Instance == "" {
+		id, err := instanceID(opts.Dir)
+		if err != nil {
+			log.Close()
+			return nil, err
+		}
+		opts.Instance = id
 	}
 	// Only this engine uses Dir now (the WAL holds its lock): part files there are
 	// leftovers of seals a crash interrupted.
@@ -132,7 +136,8 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	e := &Engine{
-		opts: opts, log: log, set: set, store: manifest.NewStore(set.Authority().Bucket, set.Others()...),
+		opts: opts, log: log, set: set,
+		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger}, set.Authority().Bucket, set.Others()...),
 		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.mu.shards = make(map[string]*shard.Shard)
@@ -266,16 +271,21 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 // takeOver acquires the lease of shard id and settles its WAL pages: the pages this
 // engine wrote under the previous epoch are the new owner's backlog; pages of an
 // ownership another instance has since superseded are dropped and reported.
+//
+// Which it is gets decided, and superseded pages dropped, before the takeover is
+// published. Once the manifest names this instance at the WAL's epoch, the pages
+// look like ours whatever came before; so if the takeover landed and its reply was
+// lost, or the engine crashed before settling, a decision made afterwards would
+// splice another owner's superseded pages into the history.
 func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (owner *manifest.Owner, armed bool, err error) {
 	lease := e.opts.Lease
 	for _, o := range opts {
 		o(&lease)
 	}
-	var ours bool
 	owner, prev, err := manifest.Acquire(ctx, e.store, id, e.opts.Instance, lease, func(prev manifest.Manifest, epoch uint64) error {
 		// The WAL's pages are the previous owner's (ours) if we took the previous
 		// epoch: the WAL carries it, or the one after it from a takeover of ours
-		// that a crash kept from being published.
+		// that a crash (or a lost reply) kept from being seen.
 		walEpoch := e.log.Info(id).Epoch
 		if walEpoch > prev.Epoch+1 {
 			// The WAL saw a later epoch than the manifest holds: the bucket is not
@@ -284,20 +294,30 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (ow
 			return fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
 				ErrManifestBehind, walEpoch, id, e.set.Authority().Name, prev.Epoch)
 		}
-		ours = prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
+		ours := prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
+		if info := e.log.Info(id); !ours && (info.Pages > 0 || info.Next != prev.Sealed) {
+			// Another instance owned the shard since: whatever this WAL holds of it
+			// was superseded at prev.Sealed. Drop it durably before the takeover
+			// can be published; a later attempt finds nothing left to drop.
+			n, err := e.log.Adopt(id, walEpoch, prev.Sealed, false)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				e.metrics.stranded.Add(float64(n))
+				e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
+					"shard", id, "records", n, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
+			}
+		}
 		return e.log.SetEpoch(id, epoch)
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 	}
-	stranded, err := e.log.Adopt(id, owner.Epoch(), prev.Sealed, ours)
-	if err != nil {
+	// What is left is ours: drop what the manifest says is sealed (a seal that
+	// committed and did not truncate), keep the rest as the backlog.
+	if _, err := e.log.Adopt(id, owner.Epoch(), prev.Sealed, true); err != nil {
 		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
-	}
-	if stranded > 0 {
-		e.metrics.stranded.Add(float64(stranded))
-		e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
-			"shard", id, "records", stranded, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
 	}
 	return owner, e.log.Info(id).Pages > 0, nil
 }
@@ -382,6 +402,12 @@ func (e *Engine) Close() error {
 	<-e.done
 	e.sealer.Close()
 	e.uploader.Close()
+	// The releases' copies go out before the engine stops copying (within the same
+	// deadline); a replica they miss is brought up to date by the next owner.
+	if err := e.store.Flush(ctx); err != nil {
+		e.opts.Logger.Warn("engine: close: manifest copies", "err", err)
+	}
+	e.store.Close()
 	e.metrics.unregister()
 	if err := e.log.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("engine: %w", err))

@@ -14,6 +14,7 @@ import (
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/wal"
 )
 
 // Metrics is a snapshot of the engine's counters and of its shards.
@@ -212,7 +213,7 @@ func reason(err error) string {
 	case errors.Is(err, shard.ErrEmptyBatch), errors.Is(err, shard.ErrEmptyRecord),
 		errors.Is(err, shard.ErrRecordTooLarge), errors.Is(err, shard.ErrBatchTooLarge):
 		return reasonInvalid
-	case errors.Is(err, shard.ErrClosed):
+	case errors.Is(err, shard.ErrClosed), errors.Is(err, wal.ErrClosed):
 		return reasonClosed
 	case errors.Is(err, manifest.ErrFenced):
 		return reasonFenced

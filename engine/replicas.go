@@ -134,8 +134,15 @@ func (e *Engine) source(p manifest.Part) (replica.UploadSource, bool) {
 	return replica.UploadSource{}, false
 }
 
-// FlushAndWaitUploads waits until no copy is queued or running.
-func (e *Engine) FlushAndWaitUploads(ctx context.Context) error { return e.uploader.Flush(ctx) }
+// FlushAndWaitUploads waits until no copy of a part is queued or running, and then
+// until every replica holds the manifests as last published (or a copy's attempt
+// failed: its error).
+func (e *Engine) FlushAndWaitUploads(ctx context.Context) error {
+	if err := e.uploader.Flush(ctx); err != nil {
+		return err
+	}
+	return e.store.Flush(ctx)
+}
 
 // warnIfUnderReplicated logs, once per engine, that parts lack copies and nothing
 // will make them: without backfill the other replicas are not a recoverable copy.

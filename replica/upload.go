@@ -367,14 +367,19 @@ func (u *Uploader) run(j Job) {
 	}
 	defer cleanup()
 	for _, target := range j.Targets {
-		if err := u.retry(func() error { return u.copyTo(j, src, target) }); err != nil {
+		var made bool
+		if err := u.retry(func() (err error) { made, err = u.copyTo(j, src, target); return err }); err != nil {
 			fail(err)
 			continue
 		}
-		if j.Backfill() {
+		// A copy that was there already is recorded, not counted: the counters say
+		// what this uploader wrote.
+		switch {
+		case !made:
+		case j.Backfill():
 			u.stats.backfills.Add(1)
 			u.stats.backfillBytes.Add(uint64(j.Size))
-		} else {
+		default:
 			u.stats.uploads.Add(1)
 			u.stats.bytes.Add(uint64(j.Size))
 		}
@@ -427,27 +432,31 @@ func (u *Uploader) retry(f func() error) error {
 	return err
 }
 
-// copyTo puts j's part, src (opened and checked by open), on target. An object
-// already there counts as the copy (a re-driven upload re-states it) if its size
-// matches.
-func (u *Uploader) copyTo(j Job, src *os.File, target string) error {
+// copyTo puts j's part, src (opened and checked by open), on target, and reports
+// whether it wrote it. An object already there counts as the copy (a re-driven
+// upload re-states it) if its size matches.
+func (u *Uploader) copyTo(j Job, src *os.File, target string) (made bool, err error) {
 	dst, ok := u.set.Get(target)
 	if !ok {
-		return fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
+		return false, fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
 	}
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
-		return err
+		return false, err
 	}
 	_, created, err := dst.Bucket.PutIfAbsent(u.ctx, j.Key, src)
 	if err != nil {
-		return fmt.Errorf("replica: upload %s to %s: %w", j.Key, target, err)
+		return false, fmt.Errorf("replica: upload %s to %s: %w", j.Key, target, err)
 	}
 	if !created {
-		if a, err := dst.Bucket.Attributes(u.ctx, j.Key); err != nil || a.Size != j.Size {
-			return fmt.Errorf("replica: upload %s to %s: another object of %d bytes is there", j.Key, target, a.Size)
+		a, err := dst.Bucket.Attributes(u.ctx, j.Key)
+		if err != nil {
+			return false, fmt.Errorf("replica: upload %s to %s: an object is there: %w", j.Key, target, err)
+		}
+		if a.Size != j.Size {
+			return false, fmt.Errorf("replica: upload %s to %s: another object of %d bytes is there", j.Key, target, a.Size)
 		}
 	}
-	return nil
+	return created, nil
 }
 
 // open returns the part as a verified local file.

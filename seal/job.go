@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -37,6 +38,12 @@ type Job struct {
 	// returns true it takes the file over (to copy it to the other replicas), else
 	// the seal removes it.
 	AfterCommit func(p manifest.Part, file string) (keep bool)
+	// Counters, if set, count the seal's outcome.
+	Counters *Counters
+	// Doubts, if set, keep the parts whose commit had an unknown outcome until a
+	// later seal of the shard settles them; without it, such a part's file goes
+	// and its copies are left to a backfill.
+	Doubts *Doubts
 }
 
 // Run seals the shard's oldest unsealed pages, up to budget record bytes but at
@@ -58,23 +65,32 @@ func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 	if (errors.Is(err, wal.ErrClosed) || errors.Is(err, wal.ErrStaleEpoch)) && !errors.Is(err, ErrStopped) {
 		err = errors.Join(err, ErrStopped)
 	}
+	if j.Counters != nil {
+		j.Counters.Observe(res, err)
+	}
 	return res, err
 }
 
+// run seals; a Result with records means parts were committed, even with an error
+// (a truncation after the commit failed).
 func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	// A fenced or released owner must not even write a part; a lapsed lease may
 	// still commit (the CAS decides), so it tries.
 	if err := j.Owner.Valid(); errors.Is(err, manifest.ErrFenced) && !errors.Is(err, manifest.ErrLeaseExpired) {
 		return Result{}, fmt.Errorf("seal %s: %w", j.Shard, errors.Join(err, ErrStopped))
 	}
+	settled, err := j.settle(ctx)
+	if err != nil {
+		return settled, err
+	}
 	m := j.Owner.Manifest()
 	if m.Epoch != j.Epoch {
-		return Result{}, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
+		return settled, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
 	}
 	// Pages a committed seal left behind (its truncation failed) go first.
 	if info := j.Log.Info(j.Shard); info.Floor < m.Sealed {
 		if err := j.truncate(m.Sealed); err != nil {
-			return Result{}, err
+			return settled, err
 		}
 	}
 	path, info, cut, err := j.writePart(ctx, m.Sealed, budget)
@@ -87,29 +103,71 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 		}()
 	}
 	if err != nil || info.Count == 0 {
-		return Result{}, err
+		return settled, err
 	}
 	key := manifest.PartKey(j.Shard, info.First, info.Next(), j.Epoch, nonce())
-	if err := j.put(ctx, key, path); err != nil {
-		return Result{}, err
+	if err := j.put(ctx, key, path, info.Size); err != nil {
+		return settled, err
 	}
 	p := manifest.Part{
 		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
 		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
 	}
 	if err := j.Owner.Commit(ctx, p); err != nil {
-		if errors.Is(err, manifest.ErrFenced) { // ErrReleased is an ErrFenced too
+		switch {
+		case errors.Is(err, manifest.ErrFenced): // ErrReleased is an ErrFenced too
 			err = errors.Join(err, ErrStopped)
+		case errors.Is(err, manifest.ErrUnknownOutcome) && j.Doubts != nil:
+			j.Doubts.add(p, path, info.RawBytes)
+			keep = true
 		}
-		return Result{}, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
+		return settled, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
 	}
 	if j.AfterCommit != nil {
 		keep = j.AfterCommit(p, path)
 	}
-	if err := j.truncate(info.Next()); err != nil {
-		return Result{}, err
+	res := Result{
+		Records: settled.Records + info.Count, RawBytes: settled.RawBytes + info.RawBytes,
+		Objects: settled.Objects + 1, Size: settled.Size + info.Size, Cut: cut,
 	}
-	return Result{Records: info.Count, RawBytes: info.RawBytes, Objects: 1, Size: info.Size, Cut: cut}, nil
+	if err := j.truncate(info.Next()); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// settle decides the parts in doubt. A write of the manifest settles them: once a
+// compare-and-swap of ours has landed, no earlier request can land any more, and
+// the owner's view shows each part committed or not. Those committed count as this
+// seal's and have their copies queued.
+func (j Job) settle(ctx context.Context) (Result, error) {
+	if j.Doubts == nil || j.Doubts.Len() == 0 {
+		return Result{}, nil
+	}
+	if err := j.Owner.Renew(ctx); err != nil {
+		if errors.Is(err, manifest.ErrFenced) {
+			err = errors.Join(err, ErrStopped)
+		}
+		return Result{}, fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
+	}
+	m := j.Owner.Manifest()
+	var res Result
+	for _, d := range j.Doubts.take() {
+		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.part.Key })
+		if i < 0 {
+			os.Remove(d.file) // never committed: an orphan object
+			continue
+		}
+		p := m.Parts[i]
+		res.Records += p.Count
+		res.Objects++
+		res.Size += p.Size
+		res.RawBytes += d.rawBytes
+		if j.AfterCommit == nil || !j.AfterCommit(p, d.file) {
+			os.Remove(d.file)
+		}
+	}
+	return res, nil
 }
 
 func (j Job) truncate(next uint64) error {
@@ -166,8 +224,10 @@ func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, i
 	return f.Name(), info, cut, nil
 }
 
-// put writes the part file to the bucket under key, which no earlier attempt used.
-func (j Job) put(ctx context.Context, key, path string) error {
+// put writes the part file, of size bytes, to the bucket under key, which no
+// earlier attempt used. An object already there is this seal's own put whose reply
+// was lost (a client retry finds it): success, if its size is the file's.
+func (j Job) put(ctx context.Context, key, path string, size int64) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("seal %s: %w", j.Shard, err)
@@ -175,7 +235,10 @@ func (j Job) put(ctx context.Context, key, path string) error {
 	defer f.Close()
 	_, created, err := j.Bucket.PutIfAbsent(ctx, key, f)
 	if err == nil && !created {
-		err = fmt.Errorf("an object is already there")
+		var attrs substrate.Attrs
+		if attrs, err = j.Bucket.Attributes(ctx, key); err == nil && attrs.Size != size {
+			err = fmt.Errorf("an object of %d bytes is already there, the part is %d", attrs.Size, size)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("seal %s: put %s on %s: %w", j.Shard, key, j.Bucket.Name(), err)

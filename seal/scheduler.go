@@ -6,7 +6,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -56,10 +55,8 @@ type Scheduler struct {
 	sem  chan struct{}
 	wg   sync.WaitGroup // seals running
 
-	stats struct {
-		seals, empty, failures, objects, bytes atomic.Uint64
-	}
-	mu struct {
+	counters Counters
+	mu       struct {
 		sync.Mutex
 		shards map[string]*entry
 		paused map[string]bool
@@ -147,13 +144,13 @@ func (s *Scheduler) Kick() {
 	}
 }
 
-// Stats returns the counters.
-func (s *Scheduler) Stats() Stats {
-	return Stats{
-		Seals: s.stats.seals.Load(), EmptySeals: s.stats.empty.Load(), Failures: s.stats.failures.Load(),
-		Objects: s.stats.objects.Load(), SealedBytes: s.stats.bytes.Load(),
-	}
-}
+// Counters returns the counters of the engine's seals: a Target's Seal observes
+// its outcome there (the scheduler counts nothing itself, so that a seal run by a
+// shard's Close or called directly counts too).
+func (s *Scheduler) Counters() *Counters { return &s.counters }
+
+// Stats returns the counters' counts.
+func (s *Scheduler) Stats() Stats { return s.counters.Stats() }
 
 // Close stops the scheduler, cancels the seals in flight and waits for them.
 func (s *Scheduler) Close() {
@@ -259,7 +256,6 @@ func (s *Scheduler) finished(e *entry, res Result, err error) {
 		s.Kick()
 	}()
 	if err != nil {
-		s.stats.failures.Add(1)
 		if errors.Is(err, ErrStopped) {
 			e.stopped = true // its owner is gone: evaluating it again would loop
 			return
@@ -273,13 +269,6 @@ func (s *Scheduler) finished(e *entry, res Result, err error) {
 		return
 	}
 	e.backoff, e.notUntil = 0, time.Time{}
-	if res.Empty() {
-		s.stats.empty.Add(1)
-		return
-	}
-	s.stats.seals.Add(1)
-	s.stats.objects.Add(uint64(res.Objects))
-	s.stats.bytes.Add(res.RawBytes)
 	if res.Cut {
 		e.deferred = true // SPEC SE2
 	}

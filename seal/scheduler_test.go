@@ -25,6 +25,7 @@ type target struct {
 	peak     *atomic.Int32
 	order    *[]string
 	id       string
+	counters *Counters // where its seals are counted, as a shard's are
 }
 
 func (t *target) Unsealed() (uint64, time.Time) {
@@ -33,8 +34,11 @@ func (t *target) Unsealed() (uint64, time.Time) {
 	return t.bytes, t.oldest
 }
 
-func (t *target) Seal(ctx context.Context, budget uint64) (Result, error) {
+func (t *target) Seal(ctx context.Context, budget uint64) (res Result, err error) {
 	t.attempts.Add(1)
+	if t.counters != nil {
+		defer func() { t.counters.Observe(res, err) }()
+	}
 	if t.running != nil {
 		n := t.running.Add(1)
 		defer t.running.Add(-1)
@@ -86,7 +90,7 @@ func TestTheWALTriggerSealsTheLargestShardsUntilTheRestIsUnder(t *testing.T) {
 	sizes := map[string]uint64{"small": 100, "large": 700, "medium": 300}
 	targets := map[string]*target{}
 	for id, n := range sizes {
-		targets[id] = &target{bytes: n, order: &order, id: id}
+		targets[id] = &target{bytes: n, order: &order, id: id, counters: s.Counters()}
 	}
 	for id, tg := range targets {
 		s.Pause(id, true)
@@ -107,7 +111,7 @@ func TestNoMoreThanConcurrencySealsRunAtOnce(t *testing.T) {
 	var running, peak atomic.Int32
 	s := newScheduler(t, Options{SizeBytes: 1, Concurrency: 2, Interval: time.Millisecond})
 	for i := range 6 {
-		s.Add(string(rune('a'+i)), &target{bytes: 10, hold: 30 * time.Millisecond, running: &running, peak: &peak}, false)
+		s.Add(string(rune('a'+i)), &target{bytes: 10, hold: 30 * time.Millisecond, running: &running, peak: &peak, counters: s.Counters()}, false)
 	}
 	eventually(t, "six seals", func() bool { return s.Stats().Seals == 6 })
 	if p := peak.Load(); p > 2 || p < 1 {
@@ -116,8 +120,8 @@ func TestNoMoreThanConcurrencySealsRunAtOnce(t *testing.T) {
 }
 
 func TestAFailingShardBacksOffWithoutAHotLoop(t *testing.T) {
-	tg := &target{bytes: 10, err: errors.New("store down")}
 	s := newScheduler(t, Options{SizeBytes: 1, Interval: time.Millisecond, BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	tg := &target{bytes: 10, err: errors.New("store down"), counters: s.Counters()}
 	s.Add("s", tg, false)
 	time.Sleep(time.Second)
 	// Attempts at 0, 50, 150, 350, 550, 750, 950 ms: 7, give or take scheduling.

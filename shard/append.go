@@ -14,12 +14,17 @@ import (
 // the batch is durable; the others follow at first+1, first+2, ... Appends to one
 // shard are ordered; the batch is all or nothing.
 //
-// A refused batch writes nothing: no records (ErrEmptyBatch), an empty record
+// Every error says whether the records may have been written. An error that is
+// ErrOutcomeUnknown means they may have been: the batch reached the WAL, and then
+// the sync failed, or the lease ran out before it returned; the records may become
+// history (a later owner on this Dir adopts them), so a caller must not simply
+// append them again, but read to find out. Any other error is a refusal that wrote
+// nothing and never will: no records (ErrEmptyBatch), an empty record
 // (ErrEmptyRecord), a record over the maximum (ErrRecordTooLarge), a batch over the
-// maximum (ErrBatchTooLarge), a closed shard (ErrClosed), a fenced owner or a lapsed
-// lease (manifest.ErrFenced), or a context done before the batch is committed. Once committed, the call waits for the sync even if ctx
-// ends meanwhile, so a nil error always means durable and an error after the commit
-// is the WAL's.
+// maximum (ErrBatchTooLarge), a closed shard or WAL (ErrClosed, wal.ErrClosed), a
+// fenced owner or a lapsed lease (manifest.ErrFenced), a WAL that failed earlier,
+// or a context done before the batch was committed. Once committed, the call waits
+// for the sync even if ctx ends meanwhile, so a nil error always means durable.
 func (s *Shard) Append(ctx context.Context, recs ...[]byte) (uint64, error) {
 	start := time.Now()
 	first, bytes, err := s.append(ctx, recs)
@@ -44,17 +49,20 @@ func (s *Shard) append(ctx context.Context, recs [][]byte) (first uint64, bytes 
 		return 0, bytes, fmt.Errorf("shard %q: append: %w", s.id, err)
 	}
 	first, err = s.cfg.Log.Append(ctx, s.id, s.epoch, recs)
-	if errors.Is(err, wal.ErrStaleEpoch) {
-		err = fmt.Errorf("%w: %w", manifest.ErrFenced, err)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, wal.ErrStaleEpoch):
+		return 0, bytes, fmt.Errorf("shard %q: append: %w: %w", s.id, manifest.ErrFenced, err)
+	case errors.Is(err, wal.ErrUnknownOutcome):
+		return 0, bytes, fmt.Errorf("shard %q: append: %w: %w", s.id, ErrOutcomeUnknown, err)
+	case err != nil:
 		return 0, bytes, fmt.Errorf("shard %q: append: %w", s.id, err)
 	}
 	// The lease must still hold when the records became durable: an owner whose
 	// lease ran out during the sync acknowledges nothing. The records stay in the
-	// WAL, unacknowledged, like those of a crash before the reply.
+	// WAL, unacknowledged, like those of a crash before the reply; the error is not
+	// ErrFenced, which promises nothing was written.
 	if err := s.cfg.Owner.Valid(); err != nil {
-		return 0, bytes, fmt.Errorf("shard %q: append at %d was durable after the lease: %w", s.id, first, err)
+		return 0, bytes, fmt.Errorf("shard %q: append at %d was durable after the lease ended (%v): %w", s.id, first, err, ErrOutcomeUnknown)
 	}
 	if s.cfg.SizeTrigger > 0 && s.cfg.Log.Info(s.id).UnsealedBytes >= s.cfg.SizeTrigger {
 		s.cfg.Sealer.Kick()

@@ -37,8 +37,10 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 		next := from
 		fail := func(err error) { yield(Record{}, fmt.Errorf("shard %q: read from %d: %w", s.id, from, err)) }
 		// A seal may commit and truncate the WAL between reading the manifest and
-		// reading the pages; then the pages are in a part of the newer manifest.
-		for attempt := 0; ; attempt++ {
+		// reading the pages; then the pages are in a part of the newer manifest
+		// (a seal publishes before it truncates), and the read goes on there. It
+		// retries only while the manifest moves, so it cannot loop.
+		for {
 			m := s.cfg.Owner.Manifest()
 			for _, p := range m.Parts {
 				if p.Next() <= next {
@@ -53,7 +55,7 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 					return
 				}
 			}
-			if err := s.readPages(ctx, &next, yield); errors.Is(err, wal.ErrTruncated) && attempt < 3 {
+			if err := s.readPages(ctx, &next, yield); errors.Is(err, wal.ErrTruncated) && s.cfg.Owner.Sealed() > m.Sealed {
 				continue
 			} else if err != nil {
 				fail(err)
@@ -82,9 +84,6 @@ func (s *Shard) readPart(ctx context.Context, p manifest.Part, next *uint64, yie
 	}
 	return false, fmt.Errorf("part %s: %w (%d tried): %w", p.Key, ErrNoReachableReplica, len(holders), errors.Join(errs...))
 }
-
-// ErrNoReachableReplica reports a part that no replica could serve.
-var ErrNoReachableReplica = errors.New("no reachable replica")
 
 // holders returns the replicas to read p from: those the manifest names, in the
 // set's order, then the rest of the set (a copy may exist that is not recorded yet).

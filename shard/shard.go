@@ -43,6 +43,12 @@ var (
 	ErrBatchTooLarge = errors.New("shard: batch too large")
 	// ErrClosed reports use of a Shard after Close, or after its engine closed.
 	ErrClosed = errors.New("shard: closed")
+	// ErrOutcomeUnknown reports an append whose records may have been written: they
+	// reached the WAL, but the sync failed or the lease ended before it returned.
+	// Every other append error is a refusal that wrote nothing.
+	ErrOutcomeUnknown = errors.New("shard: append outcome unknown: the records may have been written")
+	// ErrNoReachableReplica reports a part that no replica could serve.
+	ErrNoReachableReplica = errors.New("shard: no reachable replica")
 )
 
 // Observer is told of every append; the engine counts them. Implementations must be
@@ -81,9 +87,10 @@ type Config struct {
 
 // Shard is one open shard. It is safe for concurrent use.
 type Shard struct {
-	id    string
-	cfg   Config
-	epoch uint64
+	id     string
+	cfg    Config
+	epoch  uint64
+	doubts seal.Doubts // parts whose commit had an unknown outcome
 
 	// mu is held for reading by every append for its whole duration, so Close, which
 	// takes it for writing, stops intake and waits for the appends in flight.
@@ -178,6 +185,11 @@ func (s *Shard) Close(ctx context.Context) error {
 	if err := s.cfg.Owner.Release(ctx); err != nil {
 		return fmt.Errorf("shard %q: close: %w", s.id, err)
 	}
+	// The handover is complete when every replica shows the release, so that a
+	// cold open from any of them starts where this owner stopped. A replica that
+	// cannot take the copy now is logged by the store and brought up to date by
+	// the next owner's publishes; it does not undo the release.
+	s.cfg.Owner.WaitCopies(ctx)
 	return nil
 }
 

@@ -44,6 +44,13 @@ var (
 	// ErrStaleEpoch reports an append or truncation by an owner whose epoch is no
 	// longer the shard's: a newer owner opened the shard on this log.
 	ErrStaleEpoch = errors.New("wal: stale owner epoch")
+	// ErrUnknownOutcome reports an append that entered the log but whose sync (or
+	// commit) failed: its page may be durable, and may be read back after a reopen.
+	// The Log refuses every later call.
+	ErrUnknownOutcome = errors.New("wal: append outcome unknown")
+	// ErrFailed reports a call refused because an earlier sync or commit failed:
+	// it wrote nothing.
+	ErrFailed = errors.New("wal: failed earlier")
 )
 
 // CorruptionError says which page failed its checks and why.

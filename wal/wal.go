@@ -251,7 +251,7 @@ func (l *Log) state(shard string) *shardState {
 // enter admits a call, which must call exit when done with pebble.
 func (l *Log) enter() error {
 	if errp := l.failed.Load(); errp != nil {
-		return fmt.Errorf("wal: failed earlier: %w", *errp)
+		return fmt.Errorf("%w: %v", ErrFailed, *errp) // not the earlier error's sentinels: this call wrote nothing
 	}
 	l.ops.Lock()
 	defer l.ops.Unlock()
@@ -316,8 +316,12 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		return 0, err
 	}
 	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		// Pebble may have written the batch to its log before failing: the state
+		// on disk is unknown, so the offsets in memory can no longer be trusted.
 		st.mu.Unlock()
-		return 0, fmt.Errorf("wal: commit: %w", err)
+		err = fmt.Errorf("wal: commit: %w: %w", ErrUnknownOutcome, err)
+		l.failed.CompareAndSwap(nil, &err)
+		return 0, err
 	}
 	if st.mu.pages == 0 {
 		st.mu.oldest = now
@@ -330,7 +334,7 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	st.mu.Unlock()
 
 	if err := b.SyncWait(); err != nil {
-		err = fmt.Errorf("wal: sync: %w", err)
+		err = fmt.Errorf("wal: sync: %w: %w", ErrUnknownOutcome, err)
 		l.failed.CompareAndSwap(nil, &err)
 		return 0, err
 	}
