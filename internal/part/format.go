@@ -28,6 +28,13 @@ const (
 	MaxShardIDLen = 255
 )
 
+// maxExpansion is the most a zstd frame can decode to per stored byte: a block of
+// zstd holds at most 128 KiB and takes at least 4 bytes (a 3-byte header and one
+// repeated byte). A block whose index claims a raw length its stored bytes cannot
+// decode to is corrupt, so what the reader allocates for a block is bounded by the
+// bytes it read as well as by MaxBlockRaw.
+const maxExpansion = (128 << 10) / 4
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var (
