@@ -43,6 +43,10 @@ var (
 	ErrCorrupt = errors.New("part: corrupt")
 	// ErrUnknownVersion reports a part written by a newer format version.
 	ErrUnknownVersion = errors.New("part: unknown format version")
+	// ErrEmptyRecord reports an empty record given to a Writer. l0 refuses them at
+	// append; the reader copes with them, but a block of them costs far more to read
+	// than to store.
+	ErrEmptyRecord = errors.New("part: empty record")
 )
 
 // CorruptionError says which part failed which check, and where.
