@@ -198,3 +198,71 @@ func openAndVerify(data []byte) error {
 	}
 	return r.Verify()
 }
+
+// FuzzDecodeWithValidChecksums reseals every input's checksums before reading it,
+// so the fuzzer reaches what the checksums guard: the index's counts and lengths,
+// the zstd frames and the records in them. No input may make the reader panic,
+// fail with other than a CorruptionError or ErrUnknownVersion, yield a record out
+// of order or after an error, stop short of the part's end without an error, or
+// allocate more than its bytes hold.
+func FuzzDecodeWithValidChecksums(f *testing.F) {
+	for i, n := range []int{1, 5, 40} {
+		data, _ := encode(f, "s", uint64(i*100), records(n, uint64(i)), Options{BlockSize: 1 << 10})
+		f.Add(data, uint64(i*100+n/2))
+	}
+	tiny := make([][]byte, 300)
+	for i := range tiny {
+		tiny[i] = []byte{byte(i)}
+	}
+	data, _ := encode(f, "s", 0, tiny, Options{BlockSize: 128})
+	f.Add(data, uint64(0))
+	// Blocks of empty records, enough of them that a slice header each would break
+	// the bound.
+	f.Add(craft(craftedBlock{zstdFrame(f, make([]byte, 64<<10), true), 64 << 10, 64 << 10}), uint64(0))
+	f.Add(craft(craftedBlock{zstdFrame(f, make([]byte, 64<<10), false), 64 << 10, 64 << 10}), uint64(1))
+	f.Fuzz(func(t *testing.T, data []byte, from uint64) {
+		data = bytes.Clone(data)
+		reseal(data)
+		var r *Reader
+		var openErr, readErr error
+		var info Info
+		next := uint64(0)
+		got := allocated(func() {
+			if r, openErr = Open(bytes.NewReader(data), int64(len(data)), partName, nil); openErr != nil {
+				return
+			}
+			info = r.Info()
+			next = max(from, info.First)
+			for rec, err := range r.Records(from) {
+				if readErr != nil {
+					t.Fatalf("record %d after %v", rec.Offset, readErr)
+				}
+				if readErr = err; err != nil {
+					continue
+				}
+				if rec.Offset != next {
+					t.Fatalf("offset %d, want %d", rec.Offset, next)
+				}
+				next++
+			}
+		})
+		for _, err := range []error{openErr, readErr} {
+			var ce *CorruptionError
+			if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrUnknownVersion) {
+				t.Fatalf("%v: want a CorruptionError", err)
+			}
+		}
+		if openErr != nil {
+			if got > allocBound(data, nil) {
+				t.Fatalf("a failed open of %d bytes allocated %d", len(data), got)
+			}
+			return
+		}
+		if readErr == nil && next < info.Next() {
+			t.Fatalf("read ended at %d without an error, the part ends at %d", next, info.Next())
+		}
+		if bound := allocBound(data, r.index); got > bound {
+			t.Fatalf("reading %d bytes allocated %d, more than they hold (%d)", len(data), got, bound)
+		}
+	})
+}
