@@ -33,7 +33,8 @@
 // first offset to the end) checks every checksum; a reader from an offset in the
 // middle reads the header, the footer and the index and then only the blocks from
 // the one holding that offset, checking theirs. Every failed check is a
-// *CorruptionError naming the part and the byte position.
+// *CorruptionError naming the part and the byte position. The writer refuses empty
+// records; the reader still reads a block of them, in no more memory than the block.
 //
 // Usage:
 //

@@ -28,6 +28,13 @@ const (
 	MaxShardIDLen = 255
 )
 
+// maxExpansion is the most a zstd frame can decode to per stored byte: a block of
+// zstd holds at most 128 KiB and takes at least 4 bytes (a 3-byte header and one
+// repeated byte). A block whose index claims a raw length its stored bytes cannot
+// decode to is corrupt, so what the reader allocates for a block is bounded by the
+// bytes it read as well as by MaxBlockRaw.
+const maxExpansion = (128 << 10) / 4
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var (
@@ -36,6 +43,10 @@ var (
 	ErrCorrupt = errors.New("part: corrupt")
 	// ErrUnknownVersion reports a part written by a newer format version.
 	ErrUnknownVersion = errors.New("part: unknown format version")
+	// ErrEmptyRecord reports an empty record given to a Writer. l0 refuses them at
+	// append; the reader copes with them, but a block of them costs far more to read
+	// than to store.
+	ErrEmptyRecord = errors.New("part: empty record")
 )
 
 // CorruptionError says which part failed which check, and where.

@@ -168,6 +168,24 @@ func TestAnEmptyPartIsRefused(t *testing.T) {
 	}
 }
 
+func TestTheWriterRefusesAnEmptyRecord(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, "s", 0, Options{})
+	for _, rec := range [][]byte{[]byte("a"), nil, {}, []byte("b")} {
+		if err := w.Add(rec); (len(rec) == 0) != errors.Is(err, ErrEmptyRecord) {
+			t.Fatalf("add %q: %v", rec, err)
+		}
+	}
+	// Refusing a record leaves the part as it was.
+	info, err := w.Close()
+	if err != nil || info.Count != 2 {
+		t.Fatalf("close: %+v, %v", info, err)
+	}
+	if err := openAndVerify(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // FuzzOpenAndRead: no input makes the reader panic or return a record after an
 // error; valid parts are seeds.
 func FuzzOpenAndRead(f *testing.F) {

@@ -19,11 +19,18 @@ type Record struct {
 	Value  []byte
 }
 
+// NewDecoder returns a decoder for Open, for concurrency readers at once (0 means
+// GOMAXPROCS). It decodes a block into no more than the buffer the reader sizes to
+// the block's raw length: a frame that would decode to more fails instead of growing
+// the buffer.
+func NewDecoder(concurrency int) (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(concurrency), zstd.WithDecoderMaxMemory(MaxBlockRaw),
+		zstd.WithDecodeAllCapLimit(true))
+}
+
 // defaultDecoder serves readers opened without a decoder; zstd decoders are safe for
 // concurrent DecodeAll.
-var defaultDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxBlockRaw))
-})
+var defaultDecoder = sync.OnceValues(func() (*zstd.Decoder, error) { return NewDecoder(0) })
 
 // Reader reads a part through an io.ReaderAt: its index at Open, then the blocks a
 // read needs.
@@ -40,8 +47,9 @@ type Reader struct {
 }
 
 // Open reads and checks the header, footer and index of the part of size bytes in r.
-// The name (the object key) is what errors call the part. A nil decoder means a
-// shared default.
+// The name (the object key) is what errors call the part. A decoder must come from
+// NewDecoder, which keeps a block from decoding to more than its raw length; nil
+// means a shared one.
 func Open(r io.ReaderAt, size int64, name string, dec *zstd.Decoder) (*Reader, error) {
 	pr := &Reader{r: r, size: size, name: name, dec: dec}
 	if pr.dec == nil {
@@ -152,7 +160,10 @@ func (pr *Reader) parseIndex(pos int64, idx []byte) error {
 			return pr.corrupt(pos, "block %d starts at offset %d, want %d", i, b.first, next)
 		case b.pos != at:
 			return pr.corrupt(pos, "block %d at byte %d, want %d", i, b.pos, at)
-		case b.records == 0 || b.stored == 0 || b.raw > MaxBlockRaw || uint64(b.records) > uint64(b.raw):
+		// A record takes at least its length byte, so a block holds no more records
+		// than raw bytes; and its stored bytes bound what it can decode to.
+		case b.records == 0 || b.stored == 0 || b.raw > MaxBlockRaw || uint64(b.records) > uint64(b.raw) ||
+			uint64(b.raw) > uint64(b.stored)*maxExpansion:
 			return pr.corrupt(pos, "block %d: %d records, %d stored bytes, %d raw", i, b.records, b.stored, b.raw)
 		}
 		pr.index[i] = b
@@ -196,13 +207,17 @@ func (pr *Reader) Records(from uint64) iter.Seq2[Record, error] {
 			if whole {
 				crc.Write(stored)
 			}
-			recs, err := pr.decodeBlock(i, stored)
+			raw, err := pr.decodeBlock(i, stored)
 			if err != nil {
 				yield(Record{}, err)
 				return
 			}
-			for j, v := range recs {
-				off := b.first + uint64(j)
+			// Records are cut from the block as they are yielded, not gathered first:
+			// a record may be a single byte, so a slice of them could take many times
+			// the block.
+			for off := b.first; len(raw) > 0; off++ {
+				var v []byte
+				v, raw, _ = cutRecord(raw) // decodeBlock checked every length
 				if off < from {
 					continue
 				}
@@ -220,7 +235,10 @@ func (pr *Reader) Records(from uint64) iter.Seq2[Record, error] {
 	}
 }
 
-func (pr *Reader) decodeBlock(i int, stored []byte) ([][]byte, error) {
+// decodeBlock checks block i's stored bytes and decodes them. It returns the raw
+// block only once it has found exactly the index's count of records in it and
+// nothing after them, so a block's records are yielded whole or not at all.
+func (pr *Reader) decodeBlock(i int, stored []byte) ([]byte, error) {
 	b := pr.index[i]
 	pos := int64(b.pos)
 	if got := crc32.Checksum(stored, castagnoli); got != b.crc {
@@ -233,19 +251,29 @@ func (pr *Reader) decodeBlock(i int, stored []byte) ([][]byte, error) {
 	if len(raw) != int(b.raw) {
 		return nil, pr.corrupt(pos, "block %d decodes to %d bytes, want %d", i, len(raw), b.raw)
 	}
-	recs := make([][]byte, 0, b.records)
-	for len(raw) > 0 && len(recs) < int(b.records) {
-		n, k := binary.Uvarint(raw)
-		if k <= 0 || n > uint64(len(raw)-k) {
-			return nil, pr.corrupt(pos, "block %d: record %d: bad length", i, len(recs))
+	n, rest := 0, raw
+	for len(rest) > 0 && n < int(b.records) {
+		var ok bool
+		if _, rest, ok = cutRecord(rest); !ok {
+			return nil, pr.corrupt(pos, "block %d: record %d: bad length", i, n)
 		}
-		recs = append(recs, raw[k:k+int(n):k+int(n)])
-		raw = raw[k+int(n):]
+		n++
 	}
-	if len(recs) != int(b.records) || len(raw) != 0 {
-		return nil, pr.corrupt(pos, "block %d holds %d records and %d stray bytes, want %d records", i, len(recs), len(raw), b.records)
+	if n != int(b.records) || len(rest) != 0 {
+		return nil, pr.corrupt(pos, "block %d holds %d records and %d stray bytes, want %d records", i, n, len(rest), b.records)
 	}
-	return recs, nil
+	return raw, nil
+}
+
+// cutRecord splits the record at the start of raw from the rest. The record's
+// capacity ends with it, so a caller appending to it cannot overwrite the next.
+func cutRecord(raw []byte) (rec, rest []byte, ok bool) {
+	n, k := binary.Uvarint(raw)
+	if k <= 0 || n > uint64(len(raw)-k) {
+		return nil, raw, false
+	}
+	end := k + int(n)
+	return raw[k:end:end], raw[end:], true
 }
 
 // Verify reads the whole part and checks every checksum.

@@ -85,10 +85,14 @@ func NewWriter(w io.Writer, shard string, first uint64, opts Options) *Writer {
 	return pw
 }
 
-// Add appends a record. Records are never empty in l0; the format allows it.
+// Add appends a record. An empty record is refused (ErrEmptyRecord) and leaves the
+// part as it was.
 func (pw *Writer) Add(rec []byte) error {
 	if pw.err != nil {
 		return pw.err
+	}
+	if len(rec) == 0 {
+		return ErrEmptyRecord
 	}
 	if len(rec) > MaxBlockRaw-binary.MaxVarintLen32 {
 		return fmt.Errorf("part: record of %d bytes", len(rec))
