@@ -10,6 +10,7 @@ WITH_EMULATORS = env $$(scripts/emulators.sh)
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5s ./internal/part/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeWithValidChecksums -fuzztime 5s ./internal/part/
 
 # The part decoder's fuzz target for longer than make test's 5 s.
 fuzz:
