@@ -79,18 +79,17 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	if err := j.Owner.Valid(); errors.Is(err, manifest.ErrFenced) && !errors.Is(err, manifest.ErrLeaseExpired) {
 		return Result{}, fmt.Errorf("seal %s: %w", j.Shard, errors.Join(err, ErrStopped))
 	}
-	settled, err := j.settle(ctx)
-	if err != nil {
-		return settled, err
+	if err := j.settle(ctx); err != nil {
+		return Result{}, err
 	}
 	m := j.Owner.Manifest()
 	if m.Epoch != j.Epoch {
-		return settled, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
+		return Result{}, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
 	}
 	// Pages a committed seal left behind (its truncation failed) go first.
 	if info := j.Log.Info(j.Shard); info.Floor < m.Sealed {
 		if err := j.truncate(m.Sealed); err != nil {
-			return settled, err
+			return Result{}, err
 		}
 	}
 	path, info, cut, err := j.writePart(ctx, m.Sealed, budget)
@@ -103,11 +102,11 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 		}()
 	}
 	if err != nil || info.Count == 0 {
-		return settled, err
+		return Result{}, err
 	}
 	key := manifest.PartKey(j.Shard, info.First, info.Next(), j.Epoch, nonce())
 	if err := j.put(ctx, key, path, info.Size); err != nil {
-		return settled, err
+		return Result{}, err
 	}
 	p := manifest.Part{
 		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
@@ -121,15 +120,12 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 			j.Doubts.add(p, path, info.RawBytes)
 			keep = true
 		}
-		return settled, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
+		return Result{}, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
 	}
 	if j.AfterCommit != nil {
 		keep = j.AfterCommit(p, path)
 	}
-	res := Result{
-		Records: settled.Records + info.Count, RawBytes: settled.RawBytes + info.RawBytes,
-		Objects: settled.Objects + 1, Size: settled.Size + info.Size, Cut: cut,
-	}
+	res := Result{Records: info.Count, RawBytes: info.RawBytes, Objects: 1, Size: info.Size, Cut: cut}
 	if err := j.truncate(info.Next()); err != nil {
 		return res, err
 	}
@@ -138,20 +134,20 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 
 // settle decides the parts in doubt. A write of the manifest settles them: once a
 // compare-and-swap of ours has landed, no earlier request can land any more, and
-// the owner's view shows each part committed or not. Those committed count as this
-// seal's and have their copies queued.
-func (j Job) settle(ctx context.Context) (Result, error) {
+// the owner's view shows each part committed or not. Each committed one counts as
+// a seal (the one that wrote it was counted a failure, not knowing) and has its
+// copies queued.
+func (j Job) settle(ctx context.Context) error {
 	if j.Doubts == nil || j.Doubts.Len() == 0 {
-		return Result{}, nil
+		return nil
 	}
 	if err := j.Owner.Renew(ctx); err != nil {
 		if errors.Is(err, manifest.ErrFenced) {
 			err = errors.Join(err, ErrStopped)
 		}
-		return Result{}, fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
+		return fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
 	}
 	m := j.Owner.Manifest()
-	var res Result
 	for _, d := range j.Doubts.take() {
 		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.part.Key })
 		if i < 0 {
@@ -159,15 +155,14 @@ func (j Job) settle(ctx context.Context) (Result, error) {
 			continue
 		}
 		p := m.Parts[i]
-		res.Records += p.Count
-		res.Objects++
-		res.Size += p.Size
-		res.RawBytes += d.rawBytes
+		if j.Counters != nil {
+			j.Counters.Observe(Result{Records: p.Count, RawBytes: d.rawBytes, Objects: 1, Size: p.Size}, nil)
+		}
 		if j.AfterCommit == nil || !j.AfterCommit(p, d.file) {
 			os.Remove(d.file)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 func (j Job) truncate(next uint64) error {
