@@ -68,10 +68,11 @@ const (
 	reasonClosed   = "closed"   // the shard or engine was closed
 	reasonCanceled = "canceled" // the context ended before the commit
 	reasonFenced   = "fenced"   // the lease lapsed or another owner took over
-	reasonWAL      = "wal"      // the WAL failed to commit or sync
+	reasonWAL      = "wal"      // the WAL refused the append (it failed earlier)
+	reasonUnknown  = "unknown"  // the records may have been written: the sync failed, or the lease ended during it
 )
 
-var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonFenced, reasonWAL}
+var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonFenced, reasonWAL, reasonUnknown}
 
 // metrics are the engine's collectors. It is the shards' Observer.
 type metrics struct {
@@ -116,7 +117,7 @@ func newMetrics(e *Engine) *metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "l0_append_errors_total",
-			Help: "Appends that failed, by reason: invalid input, closed, canceled before the commit, wal failure.",
+			Help: "Appends that failed, by reason: invalid input, closed, canceled before the commit, fenced, refused by a failed wal; unknown: the records may have been written.",
 		}, []string{"reason"}),
 		unsealed: prometheus.NewDesc("l0_unsealed_bytes",
 			"Bytes of a shard's records in the WAL, not yet sealed.", []string{"shard"}, nil),
@@ -210,6 +211,8 @@ func (m *metrics) ObserveAppend(records, bytes int, took time.Duration, err erro
 
 func reason(err error) string {
 	switch {
+	case errors.Is(err, shard.ErrOutcomeUnknown):
+		return reasonUnknown
 	case errors.Is(err, shard.ErrEmptyBatch), errors.Is(err, shard.ErrEmptyRecord),
 		errors.Is(err, shard.ErrRecordTooLarge), errors.Is(err, shard.ErrBatchTooLarge):
 		return reasonInvalid
