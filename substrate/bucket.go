@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,9 +120,10 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, Attrs, error) {
 	return b.GetRange(ctx, key, 0, -1)
 }
 
-// GetRange reads bytes [off, off+length) of the object under key, clipped to its end;
-// length < 0 reads to the end. off at or past the end is ErrInvalidRange (except a
-// whole read of an empty object), and so are a negative off and a zero length.
+// GetRange reads bytes [off, off+length) of the object under key, clipped to its end
+// (any length, up to math.MaxInt64); length < 0 reads to the end. off at or past the
+// end is ErrInvalidRange (except a whole read of an empty object), and so are a
+// negative off and a zero length.
 func (b *Bucket) GetRange(ctx context.Context, key string, off, length int64) ([]byte, Attrs, error) {
 	r, err := b.NewRangeReader(ctx, key, off, length)
 	if err != nil {
@@ -143,6 +145,11 @@ func (b *Bucket) NewRangeReader(ctx context.Context, key string, off, length int
 	}
 	if off < 0 || length == 0 {
 		return nil, b.wrap(OpGet, key, fmt.Errorf("offset %d, length %d: %w", off, length, ErrInvalidRange))
+	}
+	if length > math.MaxInt64-off {
+		// off+length would overflow. No object reaches that far, so the range ends
+		// at the object's end, which is what a negative length says to a driver.
+		length = -1
 	}
 	start := time.Now()
 	dr, err := b.driver.NewRangeReader(ctx, key, off, length)

@@ -13,6 +13,7 @@
 //   - Conditional writes are first-class: [Bucket.PutIfAbsent] creates an object only
 //     if the key is free and keeps the original bytes otherwise; [Bucket.CompareAndSwap]
 //     replaces an object only while its [Version] is the one the caller read.
+//   - A range is clipped to the object's end, whatever its length.
 //   - Lists are sorted by key (bytewise) and paginated by the last key seen.
 //   - Every operation is counted and timed per substrate and operation.
 //

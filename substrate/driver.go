@@ -17,9 +17,10 @@ type Driver interface {
 	// is ErrPreconditionFailed, including IfMatch on a missing key.
 	Put(ctx context.Context, key string, body io.ReadSeeker, cond Condition) (Attrs, error)
 	// NewRangeReader opens the object at key for bytes [off, off+length), clipped to
-	// the object's end; length < 0 means to the end. off at or past the end of the
-	// object is ErrInvalidRange, except off == 0 with length < 0 (a whole read),
-	// which also serves an empty object.
+	// the object's end; length < 0 means to the end. The Bucket never passes a
+	// length for which off+length overflows. off at or past the end of the object is
+	// ErrInvalidRange, except off == 0 with length < 0 (a whole read), which also
+	// serves an empty object.
 	NewRangeReader(ctx context.Context, key string, off, length int64) (DriverReader, error)
 	// Attributes returns the object's attributes without its bytes.
 	Attributes(ctx context.Context, key string) (Attrs, error)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ func RunConformance(t *testing.T, newDriver Harness) {
 		{"ConcurrentCompareAndSwapHasOneWinner", testConcurrentCompareAndSwap},
 		{"Delete", testDelete},
 		{"RangedReads", testRangedReads},
+		{"ARangePastTheEndIsClipped", testARangePastTheEndIsClipped},
 		{"ListIsSortedAndPaginated", testListPagination},
 		{"ListOrderIsBytewise", testListOrder},
 		{"UnicodeAndSpacesInKeys", testUnicodeKeys},
@@ -376,6 +378,58 @@ func testRangedReads(t *testing.T, b *substrate.Bucket, _ *Spy) {
 	if !bytes.Equal(got, data[100:400]) {
 		t.Fatalf("streamed range: %d bytes, want 300 equal bytes", len(got))
 	}
+}
+
+func testARangePastTheEndIsClipped(t *testing.T, b *substrate.Bucket, _ *Spy) {
+	ctx := t.Context()
+	data := []byte("0123456789")
+	put := mustPut(t, b, "r", data)
+	const huge = math.MaxInt64
+	for _, tc := range []struct {
+		off, length int64
+		want        string
+	}{
+		{0, 11, "0123456789"},
+		{3, 8, "3456789"},
+		{9, 2, "9"},
+		{0, huge, "0123456789"},
+		{3, huge, "3456789"},
+		{9, huge, "9"},
+		{3, huge - 3, "3456789"}, // the largest length whose end does not overflow
+	} {
+		got, attrs, err := b.GetRange(ctx, "r", tc.off, tc.length)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("range (%d, %d) of 10 bytes = %q, %v; want %q", tc.off, tc.length, got, err, tc.want)
+			continue
+		}
+		if attrs.Size != 10 || attrs.Version != put.Version {
+			t.Errorf("range (%d, %d): attrs %+v, want the whole object's size and version", tc.off, tc.length, attrs)
+		}
+	}
+	// Streamed, the clipped range ends in io.EOF, not in an error.
+	r, err := b.NewRangeReader(ctx, "r", 7, huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || string(got) != "789" {
+		t.Errorf("streamed range (7, MaxInt64) = %q, %v; want %q", got, err, "789")
+	}
+	// A range that starts at or past the end is invalid, however long.
+	for _, tc := range []struct{ off, length int64 }{
+		{10, 1}, {10, huge}, {10, -1}, {11, 1}, {11, huge}, {5000, huge}, {huge, 1}, {huge, huge}, {huge, -1},
+	} {
+		_, _, err := b.GetRange(ctx, "r", tc.off, tc.length)
+		wantErr(t, fmt.Sprintf("range (%d, %d) of 10 bytes", tc.off, tc.length), err, substrate.ErrInvalidRange)
+	}
+	// Of an empty object only a whole read is valid.
+	mustPut(t, b, "empty", nil)
+	for _, length := range []int64{1, huge} {
+		_, _, err := b.GetRange(ctx, "empty", 0, length)
+		wantErr(t, fmt.Sprintf("range (0, %d) of an empty object", length), err, substrate.ErrInvalidRange)
+	}
+	wantBytes(t, b, "empty", nil)
 }
 
 // wantKeys lists prefix page by page and compares the keys with want.
