@@ -123,7 +123,8 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, Attrs, error) {
 // GetRange reads bytes [off, off+length) of the object under key, clipped to its end
 // (any length, up to math.MaxInt64); length < 0 reads to the end. off at or past the
 // end is ErrInvalidRange (except a whole read of an empty object), and so are a
-// negative off and a zero length.
+// negative off and a zero length. A stream that ends before the clipped range does is
+// an error, io.ErrUnexpectedEOF.
 func (b *Bucket) GetRange(ctx context.Context, key string, off, length int64) ([]byte, Attrs, error) {
 	r, err := b.NewRangeReader(ctx, key, off, length)
 	if err != nil {
@@ -153,11 +154,18 @@ func (b *Bucket) NewRangeReader(ctx context.Context, key string, off, length int
 	}
 	start := time.Now()
 	dr, err := b.driver.NewRangeReader(ctx, key, off, length)
-	b.metrics.observe(OpGet, start, err)
+	b.metrics.latency(OpGet, start)
 	if err != nil {
+		b.metrics.count(OpGet, err)
 		return nil, b.wrap(OpGet, key, err)
 	}
-	return &Reader{b: b, key: key, r: dr}, nil
+	// The range the driver must deliver, clipped to the object's end. A stream that
+	// ends sooner broke off, even if the driver reports a clean end.
+	want := dr.Attrs().Size - off
+	if length >= 0 && length < want {
+		want = length
+	}
+	return &Reader{b: b, key: key, r: dr, left: max(want, 0)}, nil
 }
 
 // Attributes returns the attributes of the object under key.
@@ -292,20 +300,43 @@ func (b *Bucket) wrap(op Op, key string, err error) error {
 	return fmt.Errorf("substrate %s: %s %q: %w", b.name, op, key, err)
 }
 
-// Reader streams a ranged read. It is not safe for concurrent use.
+// Reader streams a ranged read. It is not safe for concurrent use, except that Close
+// may be called while a Read is blocked, to abort it.
+//
+// A read is counted in the metrics by how it ended, not by how it opened: an error
+// from the stream, or an end before the whole range arrived, counts as a failed get;
+// reaching the end of the range, or closing before it without an error, counts as ok.
 type Reader struct {
-	b   *Bucket
-	key string
-	r   DriverReader
+	b    *Bucket
+	key  string
+	r    DriverReader
+	left int64 // bytes of the range not yet delivered
+	// counted makes the outcome recorded once, by whichever of the end of the
+	// stream, its first error or Close comes first.
+	counted atomic.Bool
 }
 
 // Read reads the next bytes of the range.
 func (r *Reader) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = r.b.wrap(OpGet, r.key, err)
+	r.left -= int64(n)
+	switch {
+	case err == io.EOF && r.left > 0:
+		err = fmt.Errorf("stream ended %d bytes before the end of the range: %w", r.left, io.ErrUnexpectedEOF)
+	case err == io.EOF:
+		r.count(nil)
+		return n, io.EOF
+	case err == nil:
+		return n, nil
 	}
-	return n, err
+	r.count(err)
+	return n, r.b.wrap(OpGet, r.key, err)
+}
+
+func (r *Reader) count(err error) {
+	if r.counted.CompareAndSwap(false, true) {
+		r.b.metrics.count(OpGet, err)
+	}
 }
 
 // Attrs returns the attributes of the object version being read; Size is the whole
@@ -313,7 +344,10 @@ func (r *Reader) Read(p []byte) (int, error) {
 func (r *Reader) Attrs() Attrs { return r.r.Attrs() }
 
 // Close releases the read.
-func (r *Reader) Close() error { return r.r.Close() }
+func (r *Reader) Close() error {
+	r.count(nil)
+	return r.r.Close()
+}
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

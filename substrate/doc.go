@@ -15,7 +15,8 @@
 //     replaces an object only while its [Version] is the one the caller read.
 //   - A range is clipped to the object's end, whatever its length.
 //   - Lists are sorted by key (bytewise) and paginated by the last key seen.
-//   - Every operation is counted and timed per substrate and operation.
+//   - Every operation is counted per substrate, operation and outcome, a read by how
+//     its stream ended, and timed (a read to its first byte).
 //
 // The conformance suite in substratetest proves that each driver keeps this contract,
 // and the fault package wraps any driver to inject errors, latency and ambiguous

@@ -20,7 +20,8 @@ type Driver interface {
 	// the object's end; length < 0 means to the end. The Bucket never passes a
 	// length for which off+length overflows. off at or past the end of the object is
 	// ErrInvalidRange, except off == 0 with length < 0 (a whole read), which also
-	// serves an empty object.
+	// serves an empty object. The reader's Attrs report the whole object's size: the
+	// Bucket takes a stream that ends before the clipped range for a broken one.
 	NewRangeReader(ctx context.Context, key string, off, length int64) (DriverReader, error)
 	// Attributes returns the object's attributes without its bytes.
 	Attributes(ctx context.Context, key string) (Attrs, error)
