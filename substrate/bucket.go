@@ -212,7 +212,8 @@ type ListPage struct {
 	Next string
 }
 
-// List returns one page of the keys that start with prefix, sorted bytewise.
+// List returns one page of the keys that start with prefix, sorted bytewise. A page is
+// empty only when the listing is complete.
 func (b *Bucket) List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error) {
 	if err := b.checkState(ctx, OpList); err != nil {
 		return ListPage{}, err
@@ -228,18 +229,35 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts ListOptions) (Lis
 	if opts.Limit <= 0 || opts.Limit > DefaultListLimit {
 		opts.Limit = DefaultListLimit
 	}
-	start := time.Now()
-	entries, more, err := b.driver.List(ctx, prefix, opts.StartAfter, opts.Limit)
-	b.metrics.observe(OpList, start, err)
-	if err != nil {
-		return ListPage{}, b.wrap(OpList, prefix, err)
+	// A driver may return an empty page and say more follow (a store that filters a
+	// page after cutting it). Such a page must not end the listing, and an empty
+	// Next would say it does: ask again, a bounded number of times, since a page
+	// resumes only after a key and an empty one carries none.
+	for empty := 0; ; empty++ {
+		start := time.Now()
+		entries, more, err := b.driver.List(ctx, prefix, opts.StartAfter, opts.Limit)
+		b.metrics.observe(OpList, start, err)
+		if err != nil {
+			return ListPage{}, b.wrap(OpList, prefix, err)
+		}
+		if len(entries) == 0 && more {
+			if empty+1 < maxEmptyPages {
+				continue
+			}
+			return ListPage{}, b.wrap(OpList, prefix, fmt.Errorf("%d empty pages after %q, each saying more follow", maxEmptyPages, opts.StartAfter))
+		}
+		page := ListPage{Entries: entries}
+		if more {
+			page.Next = entries[len(entries)-1].Key
+		}
+		return page, nil
 	}
-	page := ListPage{Entries: entries}
-	if more && len(entries) > 0 {
-		page.Next = entries[len(entries)-1].Key
-	}
-	return page, nil
 }
+
+// maxEmptyPages bounds the empty pages in a row, each saying more keys follow, that
+// List asks for before it gives up: a driver that never makes progress must fail the
+// listing, not hang it and not end it early.
+const maxEmptyPages = 8
 
 // ListAll iterates over every key that starts with prefix, in order, one page at a
 // time. It stops after yielding an error.

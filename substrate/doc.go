@@ -14,7 +14,8 @@
 //     if the key is free and keeps the original bytes otherwise; [Bucket.CompareAndSwap]
 //     replaces an object only while its [Version] is the one the caller read.
 //   - A range is clipped to the object's end, whatever its length.
-//   - Lists are sorted by key (bytewise) and paginated by the last key seen.
+//   - Lists are sorted by key (bytewise) and paginated by the last key seen; a page is
+//     empty only at the end of the listing.
 //   - Every operation is counted per substrate, operation and outcome, a read by how
 //     its stream ended, and timed (a read to its first byte).
 //

@@ -26,7 +26,9 @@ type Driver interface {
 	// Attributes returns the object's attributes without its bytes.
 	Attributes(ctx context.Context, key string) (Attrs, error)
 	// List returns up to limit entries whose keys start with prefix and sort after
-	// startAfter (bytewise), in order, and whether more may follow.
+	// startAfter (bytewise), in order, and whether more may follow. A driver should
+	// return an empty page only at the end of the listing; the Bucket asks again a
+	// few times when an empty page says more follow, then fails the listing.
 	List(ctx context.Context, prefix, startAfter string, limit int) ([]ListEntry, bool, error)
 	// Delete removes the object; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
