@@ -8,7 +8,8 @@
 //   - Keys are validated before any backend is touched ([ValidateKey]): no "." or ".."
 //     segment, no absolute path, no empty segment, no control character, valid UTF-8,
 //     at most [MaxKeyLen] bytes and [MaxSegmentLen] bytes per segment.
-//   - A missing object is [ErrNotFound], never empty bytes; a failed condition is
+//   - A missing object is [ErrNotFound], never empty bytes; a missing bucket is
+//     [ErrBucketNotFound], never ErrNotFound; a failed condition is
 //     [ErrPreconditionFailed]; use after Close is [ErrClosed].
 //   - Conditional writes are first-class: [Bucket.PutIfAbsent] creates an object only
 //     if the key is free and keeps the original bytes otherwise; [Bucket.CompareAndSwap]

@@ -9,7 +9,10 @@ import (
 // Driver is what a backend implements. The portable Bucket validates keys, checks for
 // use after close and a cancelled context, and records metrics before it calls a
 // driver, so a driver only talks to its backend and reports failures by wrapping the
-// sentinels of this package: ErrNotFound, ErrPreconditionFailed, ErrInvalidRange.
+// sentinels of this package: ErrNotFound, ErrBucketNotFound, ErrPreconditionFailed,
+// ErrInvalidRange. A driver reports ErrNotFound (and treats a delete of a missing key
+// as done) only when it knows the bucket exists; when the bucket is missing, every
+// call, including Delete and a conditional Put, is ErrBucketNotFound.
 // Drivers must be safe for concurrent use.
 type Driver interface {
 	// Put writes body under key if cond holds, atomically: a reader sees the old

@@ -30,8 +30,8 @@ type Outcome string
 
 // The outcomes of an operation. A put-if-absent that finds the key taken counts as
 // precondition_failed although the Bucket reports it as created=false, not an error.
-// A read counts when its stream ends: a stream that fails or ends short of the range
-// counts as error (or canceled).
+// A missing bucket counts as error. A read counts when its stream ends: a stream that
+// fails or ends short of the range counts as error (or canceled).
 const (
 	OutcomeOK                 Outcome = "ok"
 	OutcomeNotFound           Outcome = "not_found"
