@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,9 +120,11 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, Attrs, error) {
 	return b.GetRange(ctx, key, 0, -1)
 }
 
-// GetRange reads bytes [off, off+length) of the object under key, clipped to its end;
-// length < 0 reads to the end. off at or past the end is ErrInvalidRange (except a
-// whole read of an empty object), and so are a negative off and a zero length.
+// GetRange reads bytes [off, off+length) of the object under key, clipped to its end
+// (any length, up to math.MaxInt64); length < 0 reads to the end. off at or past the
+// end is ErrInvalidRange (except a whole read of an empty object), and so are a
+// negative off and a zero length. A stream that ends before the clipped range does is
+// an error, io.ErrUnexpectedEOF.
 func (b *Bucket) GetRange(ctx context.Context, key string, off, length int64) ([]byte, Attrs, error) {
 	r, err := b.NewRangeReader(ctx, key, off, length)
 	if err != nil {
@@ -144,13 +147,25 @@ func (b *Bucket) NewRangeReader(ctx context.Context, key string, off, length int
 	if off < 0 || length == 0 {
 		return nil, b.wrap(OpGet, key, fmt.Errorf("offset %d, length %d: %w", off, length, ErrInvalidRange))
 	}
+	if length > math.MaxInt64-off {
+		// off+length would overflow. No object reaches that far, so the range ends
+		// at the object's end, which is what a negative length says to a driver.
+		length = -1
+	}
 	start := time.Now()
 	dr, err := b.driver.NewRangeReader(ctx, key, off, length)
-	b.metrics.observe(OpGet, start, err)
+	b.metrics.latency(OpGet, start)
 	if err != nil {
+		b.metrics.count(OpGet, err)
 		return nil, b.wrap(OpGet, key, err)
 	}
-	return &Reader{b: b, key: key, r: dr}, nil
+	// The range the driver must deliver, clipped to the object's end. A stream that
+	// ends sooner broke off, even if the driver reports a clean end.
+	want := dr.Attrs().Size - off
+	if length >= 0 && length < want {
+		want = length
+	}
+	return &Reader{b: b, key: key, r: dr, left: max(want, 0)}, nil
 }
 
 // Attributes returns the attributes of the object under key.
@@ -197,7 +212,8 @@ type ListPage struct {
 	Next string
 }
 
-// List returns one page of the keys that start with prefix, sorted bytewise.
+// List returns one page of the keys that start with prefix, sorted bytewise. A page is
+// empty only when the listing is complete.
 func (b *Bucket) List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error) {
 	if err := b.checkState(ctx, OpList); err != nil {
 		return ListPage{}, err
@@ -213,18 +229,35 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts ListOptions) (Lis
 	if opts.Limit <= 0 || opts.Limit > DefaultListLimit {
 		opts.Limit = DefaultListLimit
 	}
-	start := time.Now()
-	entries, more, err := b.driver.List(ctx, prefix, opts.StartAfter, opts.Limit)
-	b.metrics.observe(OpList, start, err)
-	if err != nil {
-		return ListPage{}, b.wrap(OpList, prefix, err)
+	// A driver may return an empty page and say more follow (a store that filters a
+	// page after cutting it). Such a page must not end the listing, and an empty
+	// Next would say it does: ask again, a bounded number of times, since a page
+	// resumes only after a key and an empty one carries none.
+	for empty := 0; ; empty++ {
+		start := time.Now()
+		entries, more, err := b.driver.List(ctx, prefix, opts.StartAfter, opts.Limit)
+		b.metrics.observe(OpList, start, err)
+		if err != nil {
+			return ListPage{}, b.wrap(OpList, prefix, err)
+		}
+		if len(entries) == 0 && more {
+			if empty+1 < maxEmptyPages {
+				continue
+			}
+			return ListPage{}, b.wrap(OpList, prefix, fmt.Errorf("%d empty pages after %q, each saying more follow", maxEmptyPages, opts.StartAfter))
+		}
+		page := ListPage{Entries: entries}
+		if more {
+			page.Next = entries[len(entries)-1].Key
+		}
+		return page, nil
 	}
-	page := ListPage{Entries: entries}
-	if more && len(entries) > 0 {
-		page.Next = entries[len(entries)-1].Key
-	}
-	return page, nil
 }
+
+// maxEmptyPages bounds the empty pages in a row, each saying more keys follow, that
+// List asks for before it gives up: a driver that never makes progress must fail the
+// listing, not hang it and not end it early.
+const maxEmptyPages = 8
 
 // ListAll iterates over every key that starts with prefix, in order, one page at a
 // time. It stops after yielding an error.
@@ -285,20 +318,43 @@ func (b *Bucket) wrap(op Op, key string, err error) error {
 	return fmt.Errorf("substrate %s: %s %q: %w", b.name, op, key, err)
 }
 
-// Reader streams a ranged read. It is not safe for concurrent use.
+// Reader streams a ranged read. It is not safe for concurrent use, except that Close
+// may be called while a Read is blocked, to abort it.
+//
+// A read is counted in the metrics by how it ended, not by how it opened: an error
+// from the stream, or an end before the whole range arrived, counts as a failed get;
+// reaching the end of the range, or closing before it without an error, counts as ok.
 type Reader struct {
-	b   *Bucket
-	key string
-	r   DriverReader
+	b    *Bucket
+	key  string
+	r    DriverReader
+	left int64 // bytes of the range not yet delivered
+	// counted makes the outcome recorded once, by whichever of the end of the
+	// stream, its first error or Close comes first.
+	counted atomic.Bool
 }
 
 // Read reads the next bytes of the range.
 func (r *Reader) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = r.b.wrap(OpGet, r.key, err)
+	r.left -= int64(n)
+	switch {
+	case err == io.EOF && r.left > 0:
+		err = fmt.Errorf("stream ended %d bytes before the end of the range: %w", r.left, io.ErrUnexpectedEOF)
+	case err == io.EOF:
+		r.count(nil)
+		return n, io.EOF
+	case err == nil:
+		return n, nil
 	}
-	return n, err
+	r.count(err)
+	return n, r.b.wrap(OpGet, r.key, err)
+}
+
+func (r *Reader) count(err error) {
+	if r.counted.CompareAndSwap(false, true) {
+		r.b.metrics.count(OpGet, err)
+	}
 }
 
 // Attrs returns the attributes of the object version being read; Size is the whole
@@ -306,7 +362,10 @@ func (r *Reader) Read(p []byte) (int, error) {
 func (r *Reader) Attrs() Attrs { return r.r.Attrs() }
 
 // Close releases the read.
-func (r *Reader) Close() error { return r.r.Close() }
+func (r *Reader) Close() error {
+	r.count(nil)
+	return r.r.Close()
+}
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

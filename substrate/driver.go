@@ -9,7 +9,10 @@ import (
 // Driver is what a backend implements. The portable Bucket validates keys, checks for
 // use after close and a cancelled context, and records metrics before it calls a
 // driver, so a driver only talks to its backend and reports failures by wrapping the
-// sentinels of this package: ErrNotFound, ErrPreconditionFailed, ErrInvalidRange.
+// sentinels of this package: ErrNotFound, ErrBucketNotFound, ErrPreconditionFailed,
+// ErrInvalidRange. A driver reports ErrNotFound (and treats a delete of a missing key
+// as done) only when it knows the bucket exists; when the bucket is missing, every
+// call, including Delete and a conditional Put, is ErrBucketNotFound.
 // Drivers must be safe for concurrent use.
 type Driver interface {
 	// Put writes body under key if cond holds, atomically: a reader sees the old
@@ -17,14 +20,18 @@ type Driver interface {
 	// is ErrPreconditionFailed, including IfMatch on a missing key.
 	Put(ctx context.Context, key string, body io.ReadSeeker, cond Condition) (Attrs, error)
 	// NewRangeReader opens the object at key for bytes [off, off+length), clipped to
-	// the object's end; length < 0 means to the end. off at or past the end of the
-	// object is ErrInvalidRange, except off == 0 with length < 0 (a whole read),
-	// which also serves an empty object.
+	// the object's end; length < 0 means to the end. The Bucket never passes a
+	// length for which off+length overflows. off at or past the end of the object is
+	// ErrInvalidRange, except off == 0 with length < 0 (a whole read), which also
+	// serves an empty object. The reader's Attrs report the whole object's size: the
+	// Bucket takes a stream that ends before the clipped range for a broken one.
 	NewRangeReader(ctx context.Context, key string, off, length int64) (DriverReader, error)
 	// Attributes returns the object's attributes without its bytes.
 	Attributes(ctx context.Context, key string) (Attrs, error)
 	// List returns up to limit entries whose keys start with prefix and sort after
-	// startAfter (bytewise), in order, and whether more may follow.
+	// startAfter (bytewise), in order, and whether more may follow. A driver should
+	// return an empty page only at the end of the listing; the Bucket asks again a
+	// few times when an empty page says more follow, then fails the listing.
 	List(ctx context.Context, prefix, startAfter string, limit int) ([]ListEntry, bool, error)
 	// Delete removes the object; a missing key is not an error.
 	Delete(ctx context.Context, key string) error

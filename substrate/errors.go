@@ -6,8 +6,14 @@ import (
 )
 
 var (
-	// ErrNotFound reports that no object exists under the key.
+	// ErrNotFound reports that no object exists under the key, in a bucket that
+	// exists.
 	ErrNotFound = errors.New("substrate: object not found")
+	// ErrBucketNotFound reports that the bucket itself does not exist (never created,
+	// misnamed, or removed). It is never ErrNotFound: a missing bucket read as a
+	// missing object would make a misconfigured store look like a store of new,
+	// empty shards.
+	ErrBucketNotFound = errors.New("substrate: bucket not found")
 	// ErrPreconditionFailed reports that a conditional write lost: the key already
 	// existed (put-if-absent) or no longer had the expected version (compare-and-swap).
 	ErrPreconditionFailed = errors.New("substrate: precondition failed")

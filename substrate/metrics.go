@@ -30,6 +30,8 @@ type Outcome string
 
 // The outcomes of an operation. A put-if-absent that finds the key taken counts as
 // precondition_failed although the Bucket reports it as created=false, not an error.
+// A missing bucket counts as error. A read counts when its stream ends: a stream that
+// fails or ends short of the range counts as error (or canceled).
 const (
 	OutcomeOK                 Outcome = "ok"
 	OutcomeNotFound           Outcome = "not_found"
@@ -84,7 +86,7 @@ type metrics struct {
 func newMetrics(substrate string, reg prometheus.Registerer) (*metrics, error) {
 	opsVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "l0_substrate_operations_total",
-		Help: "Object-store operations by substrate, operation and outcome.",
+		Help: "Object-store operations by substrate, operation and outcome; a read counts by how its stream ended.",
 	}, []string{"substrate", "op", "outcome"})
 	durVec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "l0_substrate_operation_duration_seconds",
@@ -123,12 +125,23 @@ func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) 
 	return c, err
 }
 
+// observe records an operation that ended when its driver call returned.
 func (m *metrics) observe(op Op, start time.Time, err error) {
+	m.latency(op, start)
+	m.count(op, err)
+}
+
+// latency records the time since start: a whole operation, or a read's first byte.
+func (m *metrics) latency(op Op, start time.Time) {
+	m.duration[opIndex(op)].Observe(time.Since(start).Seconds())
+}
+
+// count records how an operation ended.
+func (m *metrics) count(op Op, err error) {
 	i := opIndex(op)
 	j := outcomeIndex(outcomeOf(err))
 	m.ops[i][j].Add(1)
 	m.counters[i][j].Inc()
-	m.duration[i].Observe(time.Since(start).Seconds())
 }
 
 func (m *metrics) stats() Stats {

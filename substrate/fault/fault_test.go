@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -12,15 +13,30 @@ import (
 
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Without rules the wrapper must be invisible.
+// Without rules the wrapper must be invisible, also to the errors of a missing bucket,
+// which a local driver whose root was removed gives (a mem driver cannot be missing).
 func TestConformanceWithoutRules(t *testing.T) {
-	substratetest.RunConformance(t, func(t testing.TB) substrate.Driver { return fault.Wrap(mem.New(), 1) })
+	substratetest.RunConformance(t, substratetest.Config{
+		NewDriver: func(t testing.TB) substrate.Driver { return fault.Wrap(mem.New(), 1) },
+		MissingBucket: func(t testing.TB) substrate.Driver {
+			dir := t.TempDir()
+			d, err := local.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			return fault.Wrap(d, 1)
+		},
+	})
 }
 
 func newBucket(t *testing.T, rules ...fault.Rule) (*substrate.Bucket, *fault.Driver) {

@@ -8,6 +8,11 @@
 // preconditions on uploads only: delete, copy and compose are never conditional here,
 // because the emulator the tests run against (fake-gcs-server) ignores preconditions
 // on them and a test could not tell a driver that depended on them from a broken one.
+//
+// The client reports a 404 of an object call the same way whether the object or the
+// bucket is missing. The driver answers ErrNotFound only once it knows the bucket
+// exists: from any call that succeeded, or else from listing one object. An upload's
+// 404 is always checked, and a check that finds the bucket gone forgets it existed.
 package gcs
 
 import (
@@ -18,7 +23,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
+	"sync/atomic"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
@@ -55,7 +60,14 @@ type Config struct {
 type Driver struct {
 	client *storage.Client
 	bucket *storage.BucketHandle
+	name   string
 	owned  bool
+	// bucketExists caches that some call succeeded, or a check found the bucket:
+	// the client reports a missing bucket and a missing object alike, and telling
+	// them apart costs a request that a read of a missing object (common: the
+	// manifest of a new shard) should not pay each time. Any call that finds the
+	// bucket missing clears it.
+	bucketExists atomic.Bool
 }
 
 // Open creates a client for cfg. The Driver owns it and closes it in Close.
@@ -81,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 
 // New uses a client the caller owns and keeps open after Close.
 func New(client *storage.Client, bucket string) *Driver {
-	return &Driver{client: client, bucket: client.Bucket(bucket)}
+	return &Driver{client: client, bucket: client.Bucket(bucket), name: bucket}
 }
 
 // Put implements substrate.Driver.
@@ -120,11 +132,12 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond s
 	w.CRC32C = h.Sum32()
 	if _, err := io.Copy(w, body); err != nil {
 		_ = w.Close()
-		return substrate.Attrs{}, classify(err)
+		return substrate.Attrs{}, d.classifyWrite(ctx, err)
 	}
 	if err := w.Close(); err != nil {
-		return substrate.Attrs{}, classify(err)
+		return substrate.Attrs{}, d.classifyWrite(ctx, err)
 	}
+	d.found()
 	return attrsOf(w.Attrs()), nil
 }
 
@@ -135,8 +148,9 @@ func (d *Driver) NewRangeReader(ctx context.Context, key string, off, length int
 	}
 	r, err := d.bucket.Object(key).NewRangeReader(ctx, off, length)
 	if err != nil {
-		return nil, classify(err)
+		return nil, d.classify(ctx, err)
 	}
+	d.found()
 	attrs := substrate.Attrs{Key: key, Size: r.Attrs.Size, Version: generation(r.Attrs.Generation), Modified: r.Attrs.LastModified}
 	if off >= attrs.Size && !(off == 0 && length < 0) {
 		r.Close()
@@ -152,8 +166,9 @@ func (d *Driver) Attributes(ctx context.Context, key string) (substrate.Attrs, e
 	}
 	a, err := d.bucket.Object(key).Attrs(ctx)
 	if err != nil {
-		return substrate.Attrs{}, classify(err)
+		return substrate.Attrs{}, d.classify(ctx, err)
 	}
+	d.found()
 	return attrsOf(a), nil
 }
 
@@ -173,16 +188,18 @@ func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int)
 	for len(entries) < limit {
 		a, err := it.Next()
 		if err == iterator.Done {
+			d.found()
 			return entries, false, nil
 		}
 		if err != nil {
-			return nil, false, classify(err)
+			return nil, false, d.classify(ctx, err)
 		}
 		if a.Name == startAfter {
 			continue
 		}
 		entries = append(entries, substrate.ListEntry{Key: a.Name, Size: a.Size})
 	}
+	d.found()
 	return entries, true, nil
 }
 
@@ -192,10 +209,15 @@ func (d *Driver) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	err := d.bucket.Object(key).Delete(ctx)
-	if errors.Is(err, storage.ErrObjectNotExist) {
+	if err == nil {
+		d.found()
 		return nil
 	}
-	return classify(err)
+	err = d.classify(ctx, err)
+	if errors.Is(err, substrate.ErrNotFound) {
+		return nil // the key is missing, in a bucket that exists
+	}
+	return err
 }
 
 // Close implements substrate.Driver.
@@ -206,30 +228,89 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// classify maps the client's errors onto the substrate sentinels. A missing bucket
-// stays a plain error: reading it as a missing object would make a misconfigured
-// store look empty.
-func classify(err error) error {
-	if err == nil {
-		return nil
+// classify maps the client's errors onto the substrate sentinels. The client wraps
+// every 404 of an object call in storage.ErrObjectNotExist, also when the bucket is
+// the missing part, so a 404 is ErrNotFound only once the bucket is known to exist:
+// reading a missing bucket as a missing object would make a misconfigured store look
+// like a store of new, empty shards.
+func (d *Driver) classify(ctx context.Context, err error) error {
+	if errors.Is(err, storage.ErrBucketNotExist) {
+		return d.bucketMissing(err)
 	}
-	if errors.Is(err, storage.ErrObjectNotExist) {
+	if errors.Is(err, storage.ErrObjectNotExist) || statusOf(err) == http.StatusNotFound {
+		if d.bucketExists.Load() {
+			return fmt.Errorf("%w: %v", substrate.ErrNotFound, err)
+		}
+		if cerr := d.checkBucket(ctx); cerr != nil {
+			return cerr
+		}
 		return fmt.Errorf("%w: %v", substrate.ErrNotFound, err)
 	}
-	var gerr *googleapi.Error
-	if errors.As(err, &gerr) {
-		switch gerr.Code {
-		case http.StatusPreconditionFailed:
-			return fmt.Errorf("%w: %v", substrate.ErrPreconditionFailed, err)
-		case http.StatusRequestedRangeNotSatisfiable:
-			return fmt.Errorf("%w: %v", substrate.ErrInvalidRange, err)
-		case http.StatusNotFound:
-			if !strings.Contains(strings.ToLower(gerr.Message), "bucket") {
-				return fmt.Errorf("%w: %v", substrate.ErrNotFound, err)
-			}
-		}
+	switch statusOf(err) {
+	case http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %v", substrate.ErrPreconditionFailed, err)
+	case http.StatusRequestedRangeNotSatisfiable:
+		return fmt.Errorf("%w: %v", substrate.ErrInvalidRange, err)
 	}
 	return err
+}
+
+// classifyWrite classifies the error of an upload. An upload needs no object to
+// exist, so its 404 can only be the bucket's; it is rare, so it is checked every
+// time rather than answered from the cache, which the check then corrects.
+func (d *Driver) classifyWrite(ctx context.Context, err error) error {
+	if errors.Is(err, storage.ErrBucketNotExist) {
+		return d.bucketMissing(err)
+	}
+	if statusOf(err) == http.StatusNotFound {
+		if cerr := d.checkBucket(ctx); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("upload answered 404 in a bucket that exists: %w", err)
+	}
+	return d.classify(ctx, err)
+}
+
+// checkBucket returns nil if the bucket exists, ErrBucketNotFound if it does not, and
+// another error if it cannot tell. It lists at most one object rather than read the
+// bucket's metadata, because a service account l0 can run under may list objects
+// without being allowed to read bucket metadata.
+func (d *Driver) checkBucket(ctx context.Context) error {
+	q := &storage.Query{}
+	if err := q.SetAttrSelection([]string{"Name"}); err != nil {
+		return err
+	}
+	it := d.bucket.Objects(ctx, q)
+	it.PageInfo().MaxSize = 1
+	_, err := it.Next()
+	switch {
+	case err == nil || err == iterator.Done:
+		d.found()
+		return nil
+	case errors.Is(err, storage.ErrBucketNotExist) || statusOf(err) == http.StatusNotFound:
+		return d.bucketMissing(err)
+	}
+	return fmt.Errorf("gcs: object or bucket %s missing, and checking the bucket failed: %w", d.name, err)
+}
+
+func (d *Driver) bucketMissing(err error) error {
+	d.bucketExists.Store(false)
+	return fmt.Errorf("gcs bucket %s: %w: %v", d.name, substrate.ErrBucketNotFound, err)
+}
+
+// found records that the bucket exists, which every successful call proves.
+func (d *Driver) found() {
+	if !d.bucketExists.Load() {
+		d.bucketExists.Store(true)
+	}
+}
+
+func statusOf(err error) int {
+	var gerr *googleapi.Error
+	if errors.As(err, &gerr) {
+		return gerr.Code
+	}
+	return 0
 }
 
 func generation(g int64) substrate.Version { return substrate.Version(strconv.FormatInt(g, 10)) }

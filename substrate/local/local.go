@@ -22,6 +22,10 @@
 // Conditional writes, unconditional writes and deletes of one key hold a lock (a mutex
 // for this process, flock(2) for others sharing the root) from the condition check to
 // the rename, so a check and its write are never split by another write.
+//
+// New creates a missing root, as creating a bucket would. A root (or its objects/)
+// removed under an open driver is a missing bucket: every call then fails with
+// substrate.ErrBucketNotFound, and no write recreates it.
 package local
 
 import (
@@ -155,7 +159,9 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond s
 	}
 	// Write and sync outside the lock: only the check and the rename need it.
 	tmp, version, size, err := d.writeTemp(body)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		return substrate.Attrs{}, d.missing(err)
+	} else if err != nil {
 		return substrate.Attrs{}, err
 	}
 	defer os.Remove(tmp) // fails harmlessly once renamed
@@ -166,7 +172,7 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond s
 	unlock := d.lock(key)
 	err = d.checkLocked(path, cond)
 	if err == nil {
-		if err = mkdirAllSync(filepath.Dir(path)); err == nil {
+		if err = d.mkdirObjects(filepath.Dir(path)); err == nil {
 			err = os.Rename(tmp, path)
 		}
 	}
@@ -190,8 +196,8 @@ func (d *Driver) checkLocked(path string, cond substrate.Condition) error {
 		}
 	case cond.IfMatch != "":
 		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return substrate.ErrPreconditionFailed
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return d.missing(substrate.ErrPreconditionFailed)
 		} else if err != nil {
 			return err
 		}
@@ -255,7 +261,7 @@ func (d *Driver) open(ctx context.Context, key string) (*os.File, substrate.Attr
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return nil, substrate.Attrs{}, substrate.ErrNotFound
+		return nil, substrate.Attrs{}, d.missing(substrate.ErrNotFound)
 	} else if err != nil {
 		return nil, substrate.Attrs{}, err
 	}
@@ -314,7 +320,7 @@ func (d *Driver) Delete(ctx context.Context, key string) error {
 	err = os.Remove(path)
 	unlock()
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return nil
+		return d.missing(nil)
 	} else if err != nil {
 		return err
 	}
@@ -340,6 +346,38 @@ type reader struct {
 
 func (r *reader) Close() error           { return r.file.Close() }
 func (r *reader) Attrs() substrate.Attrs { return r.attrs }
+
+// missing returns err, the answer for a key that is not there, if the store itself is
+// there, and ErrBucketNotFound if it is not. Only a missing file pays for the check,
+// one stat, so that a removed root never reads as an empty store.
+func (d *Driver) missing(err error) error {
+	if _, serr := os.Stat(d.objects); errors.Is(serr, fs.ErrNotExist) || errors.Is(serr, syscall.ENOTDIR) {
+		return fmt.Errorf("local %s: %w", d.root, substrate.ErrBucketNotFound)
+	}
+	return err
+}
+
+// mkdirObjects creates dir, a directory under objects/, and its missing parents up to
+// objects/ itself, which it never creates: a removed store stays removed instead of
+// coming back with one object in it.
+func (d *Driver) mkdirObjects(dir string) error {
+	if dir == d.objects {
+		if _, err := os.Stat(dir); err != nil {
+			return d.missing(err)
+		}
+		return nil
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := d.mkdirObjects(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
+}
 
 // mkdirAllSync creates dir and its missing parents, fsyncing each parent after it gains
 // an entry, so that a file renamed into dir survives a crash.
@@ -376,6 +414,10 @@ func syncDir(dir string) error {
 func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]substrate.ListEntry, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
+	}
+	if _, err := os.Stat(d.objects); err != nil {
+		// The walk skips directories that vanish under it; the top one is the store.
+		return nil, false, d.missing(err)
 	}
 	w := walker{ctx: ctx, prefix: prefix, startAfter: startAfter, limit: limit}
 	err := w.walk(d.objects, "")

@@ -3,6 +3,7 @@ package local_test
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,12 +21,30 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	substratetest.RunConformance(t, func(t testing.TB) substrate.Driver {
-		d, err := local.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
+	substratetest.RunConformance(t, substratetest.Config{
+		NewDriver: func(t testing.TB) substrate.Driver {
+			d, err := local.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		// New creates a missing root, as creating a bucket would; a local bucket goes
+		// missing when its root is removed under an open driver.
+		MissingBucket: func(t testing.TB) substrate.Driver {
+			dir := t.TempDir()
+			d, err := local.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Put(t.Context(), "shards/s/manifest", strings.NewReader("m"), substrate.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
 	})
 }
 
@@ -112,6 +131,41 @@ func TestACorruptObjectFileIsNotReadAsEmptyOrMissing(t *testing.T) {
 	_, _, err = b.Get(t.Context(), "k")
 	if !errors.Is(err, local.ErrCorrupt) {
 		t.Fatalf("get of a truncated object file: err = %v, want ErrCorrupt", err)
+	}
+}
+
+// Removing objects/ removes every object; a put that recreated it would leave a store
+// of one object, which reads as a healthy store that lost the rest.
+func TestAPutDoesNotRecreateARemovedStore(t *testing.T) {
+	dir := t.TempDir()
+	d, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := substrate.New(d, substrate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.PutBytes(t.Context(), "shards/s/manifest", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "objects")); err != nil {
+		t.Fatal(err)
+	}
+	for name, put := range map[string]func() error{
+		"put": func() error { _, err := b.PutBytes(t.Context(), "shards/s/parts/p", []byte("x")); return err },
+		"put-if-absent": func() error {
+			_, _, err := b.PutIfAbsentBytes(t.Context(), "shards/t/manifest", []byte("x"))
+			return err
+		},
+	} {
+		if err := put(); !errors.Is(err, substrate.ErrBucketNotFound) {
+			t.Errorf("%s into a removed store: err = %v, want ErrBucketNotFound", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "objects")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("objects/ after the puts: %v, want it still missing", err)
 	}
 }
 

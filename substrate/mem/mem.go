@@ -81,7 +81,7 @@ func (d *Driver) NewRangeReader(ctx context.Context, key string, off, length int
 		return nil, fmt.Errorf("offset %d of %d bytes: %w", off, size, substrate.ErrInvalidRange)
 	}
 	end := size
-	if length >= 0 && off+length < size {
+	if length >= 0 && length < size-off { // not off+length, which can overflow
 		end = off + length
 	}
 	// Stored slices are never modified, so the reader needs no copy.

@@ -8,6 +8,11 @@
 // replaced and then restored byte for byte. The state it swaps from is then identical
 // to the one the caller read, and l0's manifests carry a sequence number that makes
 // such a restore impossible in practice.
+//
+// A HEAD has no body, so a HEAD of a missing key and one in a missing bucket both
+// answer a bare NotFound. The driver answers ErrNotFound only once it knows the bucket
+// exists: from any call that succeeded or a NoSuchKey, or else from a HeadBucket. A
+// NoSuchBucket, from any call, makes it forget that the bucket existed.
 package s3
 
 import (
@@ -18,6 +23,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -55,6 +61,12 @@ type Config struct {
 type Driver struct {
 	client *s3.Client
 	bucket string
+	// bucketExists caches that some call succeeded, or HeadBucket found the bucket.
+	// A HEAD has no body, so its 404 says "NotFound" whether the key or the bucket is
+	// missing, and telling them apart costs a HeadBucket that a HEAD of a missing
+	// object (common: the manifest of a new shard) should not pay each time. Any call
+	// that finds the bucket missing clears it.
+	bucketExists atomic.Bool
 }
 
 // Open creates a client for cfg.
@@ -116,6 +128,7 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond s
 		in.Body = body
 		out, err := d.client.PutObject(ctx, in)
 		if err == nil {
+			d.found()
 			return substrate.Attrs{Key: key, Size: size, Version: substrate.Version(aws.ToString(out.ETag)), Modified: time.Now()}, nil
 		}
 		status := statusOf(err)
@@ -128,11 +141,21 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond s
 			case <-ctx.Done():
 				return substrate.Attrs{}, ctx.Err()
 			}
-		case cond.IfMatch != "" && status == http.StatusNotFound && codeOf(err) != "NoSuchBucket":
-			// If-Match on a missing key: the version the caller read is gone.
-			return substrate.Attrs{}, fmt.Errorf("%w: %v", substrate.ErrPreconditionFailed, err)
+		case status == http.StatusNotFound:
+			// A PUT has a response body, but a gateway may still leave out the
+			// code: a 404 that does not name the bucket is checked, never assumed.
+			if codeOf(err) != "NoSuchBucket" {
+				if cerr := d.checkBucket(ctx); cerr != nil {
+					return substrate.Attrs{}, cerr
+				}
+				if cond.IfMatch != "" {
+					// If-Match on a missing key: the version the caller read is gone.
+					return substrate.Attrs{}, fmt.Errorf("%w: %v", substrate.ErrPreconditionFailed, err)
+				}
+				return substrate.Attrs{}, fmt.Errorf("put answered 404 in a bucket that exists: %w", err)
+			}
 		}
-		return substrate.Attrs{}, classify(err)
+		return substrate.Attrs{}, d.classify(ctx, err)
 	}
 }
 
@@ -152,8 +175,9 @@ func (d *Driver) NewRangeReader(ctx context.Context, key string, off, length int
 	}
 	out, err := d.client.GetObject(ctx, in)
 	if err != nil {
-		return nil, classify(err)
+		return nil, d.classify(ctx, err)
 	}
+	d.found()
 	attrs := substrate.Attrs{Key: key, Size: aws.ToInt64(out.ContentLength), Version: substrate.Version(aws.ToString(out.ETag)),
 		Modified: aws.ToTime(out.LastModified)}
 	if !whole {
@@ -184,8 +208,9 @@ func (d *Driver) Attributes(ctx context.Context, key string) (substrate.Attrs, e
 	}
 	out, err := d.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &d.bucket, Key: &key})
 	if err != nil {
-		return substrate.Attrs{}, classify(err)
+		return substrate.Attrs{}, d.classify(ctx, err)
 	}
+	d.found()
 	return substrate.Attrs{Key: key, Size: aws.ToInt64(out.ContentLength), Version: substrate.Version(aws.ToString(out.ETag)),
 		Modified: aws.ToTime(out.LastModified)}, nil
 }
@@ -201,8 +226,9 @@ func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int)
 	}
 	out, err := d.client.ListObjectsV2(ctx, in)
 	if err != nil {
-		return nil, false, classify(err)
+		return nil, false, d.classify(ctx, err)
 	}
+	d.found()
 	entries := make([]substrate.ListEntry, 0, len(out.Contents))
 	for _, o := range out.Contents {
 		entries = append(entries, substrate.ListEntry{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size)})
@@ -216,10 +242,17 @@ func (d *Driver) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	_, err := d.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &d.bucket, Key: &key})
-	if err != nil && statusOf(err) == http.StatusNotFound && codeOf(err) != "NoSuchBucket" {
+	if err == nil {
+		// S3 answers a delete of a missing key with success, so this proves only
+		// that the bucket exists.
+		d.found()
 		return nil
 	}
-	return classify(err)
+	err = d.classify(ctx, err)
+	if errors.Is(err, substrate.ErrNotFound) {
+		return nil // the key is missing, in a bucket that exists
+	}
+	return err
 }
 
 // Close implements substrate.Driver. The SDK's client holds nothing to release.
@@ -241,24 +274,59 @@ func codeOf(err error) string {
 	return ""
 }
 
-// classify maps the SDK's errors onto the substrate sentinels. A missing bucket stays
-// a plain error: reading it as a missing object would make a misconfigured store look
-// empty.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
+// classify maps the SDK's errors onto the substrate sentinels. A 404 is ErrNotFound
+// only when the bucket is known to exist: reading a missing bucket as a missing object
+// would make a misconfigured store look like a store of new, empty shards.
+func (d *Driver) classify(ctx context.Context, err error) error {
 	switch statusOf(err) {
 	case http.StatusNotFound:
-		if codeOf(err) != "NoSuchBucket" {
+		switch codeOf(err) {
+		case "NoSuchBucket":
+			return d.bucketMissing(err)
+		case "NoSuchKey":
+			// Only a bucket that exists can say which of its keys it lacks.
+			d.found()
 			return fmt.Errorf("%w: %v", substrate.ErrNotFound, err)
 		}
+		// A HEAD's bare "NotFound", or a gateway that names neither.
+		if !d.bucketExists.Load() {
+			if cerr := d.checkBucket(ctx); cerr != nil {
+				return cerr
+			}
+		}
+		return fmt.Errorf("%w: %v", substrate.ErrNotFound, err)
 	case http.StatusPreconditionFailed:
 		return fmt.Errorf("%w: %v", substrate.ErrPreconditionFailed, err)
 	case http.StatusRequestedRangeNotSatisfiable:
 		return fmt.Errorf("%w: %v", substrate.ErrInvalidRange, err)
 	}
 	return err
+}
+
+// checkBucket returns nil if the bucket exists, ErrBucketNotFound if it does not, and
+// another error if it cannot tell.
+func (d *Driver) checkBucket(ctx context.Context) error {
+	_, err := d.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &d.bucket})
+	switch {
+	case err == nil:
+		d.found()
+		return nil
+	case statusOf(err) == http.StatusNotFound:
+		return d.bucketMissing(err)
+	}
+	return fmt.Errorf("s3: object or bucket %s missing, and checking the bucket failed: %w", d.bucket, err)
+}
+
+func (d *Driver) bucketMissing(err error) error {
+	d.bucketExists.Store(false)
+	return fmt.Errorf("s3 bucket %s: %w: %v", d.bucket, substrate.ErrBucketNotFound, err)
+}
+
+// found records that the bucket exists, which every successful call proves.
+func (d *Driver) found() {
+	if !d.bucketExists.Load() {
+		d.bucketExists.Store(true)
+	}
 }
 
 type reader struct {

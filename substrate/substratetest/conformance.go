@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +23,23 @@ import (
 // Harness returns a fresh, empty driver for one test or benchmark. The suite closes it.
 type Harness func(t testing.TB) substrate.Driver
 
-// RunConformance runs the whole suite against the drivers newDriver makes.
-func RunConformance(t *testing.T, newDriver Harness) {
+// Config is what the suite needs from a driver's package.
+type Config struct {
+	// NewDriver returns a fresh, empty driver on a bucket that exists. Required.
+	NewDriver Harness
+	// MissingBucket returns a driver whose bucket does not exist: never created, or
+	// removed after the driver opened it. Required unless NoMissingBucket is set.
+	MissingBucket Harness
+	// NoMissingBucket, instead of MissingBucket, says why the driver has no bucket
+	// that could be missing. Only a driver that is its own bucket may say so.
+	NoMissingBucket string
+}
+
+// RunConformance runs the whole suite against the drivers cfg makes.
+func RunConformance(t *testing.T, cfg Config) {
+	if cfg.NewDriver == nil {
+		t.Fatal("substratetest: Config.NewDriver is required")
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, b *substrate.Bucket, spy *Spy)
@@ -37,6 +53,7 @@ func RunConformance(t *testing.T, newDriver Harness) {
 		{"ConcurrentCompareAndSwapHasOneWinner", testConcurrentCompareAndSwap},
 		{"Delete", testDelete},
 		{"RangedReads", testRangedReads},
+		{"ARangePastTheEndIsClipped", testARangePastTheEndIsClipped},
 		{"ListIsSortedAndPaginated", testListPagination},
 		{"ListOrderIsBytewise", testListOrder},
 		{"UnicodeAndSpacesInKeys", testUnicodeKeys},
@@ -46,15 +63,31 @@ func RunConformance(t *testing.T, newDriver Harness) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			spy := &Spy{Driver: newDriver(t)}
-			b, err := substrate.New(spy, substrate.Options{Name: "conformance", Registerer: prometheus.NewPedanticRegistry()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
+			b, spy := newBucket(t, cfg.NewDriver)
 			tc.fn(t, b, spy)
 		})
 	}
+	t.Run("AMissingBucketIsNeverNotFound", func(t *testing.T) {
+		switch {
+		case cfg.MissingBucket != nil:
+			b, _ := newBucket(t, cfg.MissingBucket)
+			testAMissingBucketIsNeverNotFound(t, b)
+		case cfg.NoMissingBucket != "":
+			t.Skip(cfg.NoMissingBucket)
+		default:
+			t.Fatal("substratetest: set Config.MissingBucket, or Config.NoMissingBucket to say why the driver cannot have one")
+		}
+	})
+}
+
+func newBucket(t *testing.T, newDriver Harness) (*substrate.Bucket, *Spy) {
+	spy := &Spy{Driver: newDriver(t)}
+	b, err := substrate.New(spy, substrate.Options{Name: "conformance", Registerer: prometheus.NewPedanticRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, spy
 }
 
 // Spy is a driver that counts the calls that reach the driver it wraps.
@@ -378,6 +411,58 @@ func testRangedReads(t *testing.T, b *substrate.Bucket, _ *Spy) {
 	}
 }
 
+func testARangePastTheEndIsClipped(t *testing.T, b *substrate.Bucket, _ *Spy) {
+	ctx := t.Context()
+	data := []byte("0123456789")
+	put := mustPut(t, b, "r", data)
+	const huge = math.MaxInt64
+	for _, tc := range []struct {
+		off, length int64
+		want        string
+	}{
+		{0, 11, "0123456789"},
+		{3, 8, "3456789"},
+		{9, 2, "9"},
+		{0, huge, "0123456789"},
+		{3, huge, "3456789"},
+		{9, huge, "9"},
+		{3, huge - 3, "3456789"}, // the largest length whose end does not overflow
+	} {
+		got, attrs, err := b.GetRange(ctx, "r", tc.off, tc.length)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("range (%d, %d) of 10 bytes = %q, %v; want %q", tc.off, tc.length, got, err, tc.want)
+			continue
+		}
+		if attrs.Size != 10 || attrs.Version != put.Version {
+			t.Errorf("range (%d, %d): attrs %+v, want the whole object's size and version", tc.off, tc.length, attrs)
+		}
+	}
+	// Streamed, the clipped range ends in io.EOF, not in an error.
+	r, err := b.NewRangeReader(ctx, "r", 7, huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || string(got) != "789" {
+		t.Errorf("streamed range (7, MaxInt64) = %q, %v; want %q", got, err, "789")
+	}
+	// A range that starts at or past the end is invalid, however long.
+	for _, tc := range []struct{ off, length int64 }{
+		{10, 1}, {10, huge}, {10, -1}, {11, 1}, {11, huge}, {5000, huge}, {huge, 1}, {huge, huge}, {huge, -1},
+	} {
+		_, _, err := b.GetRange(ctx, "r", tc.off, tc.length)
+		wantErr(t, fmt.Sprintf("range (%d, %d) of 10 bytes", tc.off, tc.length), err, substrate.ErrInvalidRange)
+	}
+	// Of an empty object only a whole read is valid.
+	mustPut(t, b, "empty", nil)
+	for _, length := range []int64{1, huge} {
+		_, _, err := b.GetRange(ctx, "empty", 0, length)
+		wantErr(t, fmt.Sprintf("range (0, %d) of an empty object", length), err, substrate.ErrInvalidRange)
+	}
+	wantBytes(t, b, "empty", nil)
+}
+
 // wantKeys lists prefix page by page and compares the keys with want.
 func wantKeys(t *testing.T, b *substrate.Bucket, prefix string, want []string) {
 	t.Helper()
@@ -640,4 +725,59 @@ func testCancelledContext(t *testing.T, b *substrate.Bucket, spy *Spy) {
 	_, err = b.Attributes(t.Context(), "new")
 	wantErr(t, "attributes of a key written only with cancelled contexts", err, substrate.ErrNotFound)
 	wantBytes(t, b, "existing", []byte("v"))
+}
+
+// testAMissingBucketIsNeverNotFound runs on a driver whose bucket does not exist.
+// Every operation must say so, with ErrBucketNotFound: a missing bucket read as a
+// missing object (or a lost condition) would make a misconfigured store look like a
+// store of new, empty shards.
+func testAMissingBucketIsNeverNotFound(t *testing.T, b *substrate.Bucket) {
+	ctx := t.Context()
+	check := func(what string, err error) {
+		t.Helper()
+		switch {
+		case errors.Is(err, substrate.ErrNotFound), errors.Is(err, substrate.ErrPreconditionFailed):
+			t.Errorf("%s in a missing bucket: %v, which reads as a healthy bucket", what, err)
+		case !errors.Is(err, substrate.ErrBucketNotFound):
+			t.Errorf("%s in a missing bucket: err = %v, want ErrBucketNotFound", what, err)
+		}
+	}
+	// Twice: what a driver learns (or caches) about its bucket on the first call
+	// must not change the answer to the second.
+	for range 2 {
+		_, _, err := b.Get(ctx, "shards/s/manifest")
+		check("get", err)
+		_, _, err = b.GetRange(ctx, "shards/s/parts/p", 10, 5)
+		check("ranged get", err)
+		_, err = b.Attributes(ctx, "shards/s/manifest")
+		check("attributes", err)
+		_, err = b.PutBytes(ctx, "k", []byte("x"))
+		check("put", err)
+		_, created, err := b.PutIfAbsentBytes(ctx, "shards/s/manifest", []byte("x"))
+		check("put-if-absent", err)
+		if created {
+			t.Errorf("put-if-absent in a missing bucket reports created")
+		}
+		_, err = b.CompareAndSwapBytes(ctx, "shards/s/manifest", "1", []byte("x"))
+		check("compare-and-swap", err)
+		_, err = b.List(ctx, "", substrate.ListOptions{})
+		check("list", err)
+		_, err = b.List(ctx, "shards/", substrate.ListOptions{StartAfter: "shards/a"})
+		check("list after a key", err)
+		n := 0
+		for _, err := range b.ListAll(ctx, "shards/") {
+			check("list all", err)
+			n++
+		}
+		if n != 1 {
+			t.Errorf("list all in a missing bucket yielded %d results, want one error", n)
+		}
+		check("delete", b.Delete(ctx, "k"))
+	}
+	st := b.Stats()
+	for _, op := range substrate.Ops {
+		if n := st.Count(op, substrate.OutcomeNotFound) + st.Count(op, substrate.OutcomePreconditionFailed); n > 0 {
+			t.Errorf("%s in a missing bucket counted %d times as not_found or precondition_failed", op, n)
+		}
+	}
 }
