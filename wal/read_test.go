@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,6 +91,61 @@ func TestAReadRacingATruncationNeverEndsShortOrReportsFalseCorruption(t *testing
 	t.Logf("%d truncations; reads: %d whole, %d ErrTruncated, %d bad", truncations.Load(), whole.Load(), truncated.Load(), bad.Load())
 	if whole.Load() == 0 {
 		t.Fatal("no read ever started before a truncation: the test proves nothing")
+	}
+}
+
+// Pebble makes a batch applied with ApplyNoSyncWait visible before its sync: a read
+// must still not see a page until the append's sync returned, since the append may
+// yet fail and, after a crash, another record take its offsets.
+func TestAReadNeverReturnsARecordBeforeItIsDurable(t *testing.T) {
+	var fs syncGate
+	l := open(t, t.TempDir(), Options{FS: syncFS{FS: vfs.Default, onSync: fs.wait}})
+	defer l.Close()
+	ctx := t.Context()
+	if _, err := l.Append(ctx, "s", 0, recs("durable", 2)); err != nil {
+		t.Fatal(err)
+	}
+	release := fs.hold()
+	defer release() // before the Close, which waits for the append
+	appended := make(chan error, 1)
+	go func() {
+		_, err := l.Append(ctx, "s", 0, recs("pending", 3))
+		appended <- err
+	}()
+	select {
+	case <-fs.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the append never synced")
+	}
+	// The sync may wait before the page is applied: wait for its offsets to be taken.
+	for deadline := time.Now().Add(10 * time.Second); l.Info("s").Next != 5; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("next %d with the second append waiting for its sync, want 5", l.Info("s").Next)
+		}
+	}
+	for name, pages := range map[string]func(string, uint64) iter.Seq2[Page, error]{
+		"Pages": l.Pages, "PagesAliased": l.PagesAliased,
+	} {
+		var got []uint64
+		for p, err := range pages("s", 0) {
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			got = append(got, p.FirstOffset)
+		}
+		if len(got) != 1 || got[0] != 0 {
+			t.Fatalf("%s during the second append's sync: pages at %v, want only the durable one at 0", name, got)
+		}
+		for p := range pages("s", 2) {
+			t.Fatalf("%s from 2 during its sync yielded the page at %d", name, p.FirstOffset)
+		}
+	}
+	release()
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, l, "s", 0); len(got) != 5 || string(got[2]) != "pending-0" {
+		t.Fatalf("after the sync: %q", got)
 	}
 }
 

@@ -405,6 +405,11 @@ func (l *Log) Shards() []string {
 // Pages iterates over the shard's pages from the one holding offset from, in offset
 // order. Records alias nothing the Log reuses. A from before the shard's floor is
 // ErrTruncated; a from at or past its next offset yields nothing.
+//
+// Only durable pages are yielded: the iteration ends, as if the log ended there, at
+// the end of the records whose append had synced when it began. A page an append is
+// still syncing (its offsets already in Info's Next) is not read; it may yet fail,
+// or vanish in a crash and its offsets go to another record.
 func (l *Log) Pages(shard string, from uint64) iter.Seq2[Page, error] {
 	return l.pages(shard, from, true)
 }
@@ -453,11 +458,16 @@ func (l *Log) view(shard string, from uint64) (it *pebble.Iterator, end uint64, 
 	if from < st.mu.floor {
 		return nil, 0, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
 	}
-	end = st.mu.next
+	// Pebble shows a batch applied with ApplyNoSyncWait before its sync: a page past
+	// acked may still fail to sync, or be lost in a crash and its offsets taken by
+	// another record after the reopen, so the view ends at acked. acked is a page
+	// boundary (an append raises it to its page's end), and every page below it was
+	// applied before it rose, so the view holds them.
+	end = st.acked.Load()
 	if from >= end {
 		return nil, end, nil
 	}
-	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pagesEnd(shard)})
+	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pageKey(shard, end)})
 	if err != nil {
 		return nil, 0, fmt.Errorf("wal: read shard %q: %w", shard, err)
 	}
