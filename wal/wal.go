@@ -38,6 +38,11 @@ type Options struct {
 	// whose loss inside pebble's last log file goes undetected are at most those of
 	// the last interval before a crash. Default 100 ms.
 	AckedInterval time.Duration
+	// FS is the file system pebble keeps its files on; pebble's disk-health checks
+	// wrap it. Default vfs.Default. The l0-acked file is written beside pebble's
+	// through the operating system, so FS must be vfs.Default or wrap it: it is for
+	// injecting faults and delays, not for moving the log elsewhere.
+	FS vfs.FS
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -53,6 +58,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
 	}
 }
 
@@ -120,7 +128,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	opts.EnsureDefaults()
 	// Pebble starts a disk-health goroutine for its default file system and stops it
 	// only in DB.Close, so a failed Open would leak it: l0 owns it instead.
-	fs, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+	fs, fsCloser := vfs.WithDiskHealthChecks(opts.FS, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
 		opts.Logger.Warn("wal: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 	})
 	db, err := pebble.Open(dir, &pebble.Options{
@@ -401,6 +409,11 @@ func (l *Log) Shards() []string {
 // Pages iterates over the shard's pages from the one holding offset from, in offset
 // order. Records alias nothing the Log reuses. A from before the shard's floor is
 // ErrTruncated; a from at or past its next offset yields nothing.
+//
+// Only durable pages are yielded: the iteration ends, as if the log ended there, at
+// the end of the records whose append had synced when it began. A page an append is
+// still syncing (its offsets already in Info's Next) is not read; it may yet fail,
+// or vanish in a crash and its offsets go to another record.
 func (l *Log) Pages(shard string, from uint64) iter.Seq2[Page, error] {
 	return l.pages(shard, from, true)
 }
@@ -418,60 +431,101 @@ func (l *Log) pages(shard string, from uint64, clone bool) iter.Seq2[Page, error
 			return
 		}
 		defer l.exit()
-		if info := l.Info(shard); from < info.Floor {
-			yield(Page{}, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, info.Floor, ErrTruncated))
-			return
-		}
-		l.scan(shard, from, clone)(yield)
-	}
-}
-
-// scan is Pages without the checks; with clone, the pages' records are copies.
-func (l *Log) scan(shard string, from uint64, clone bool) iter.Seq2[Page, error] {
-	return func(yield func(Page, error) bool) {
-		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pagesEnd(shard)})
+		it, end, err := l.view(shard, from)
 		if err != nil {
 			yield(Page{}, err)
 			return
 		}
+		if it == nil {
+			return
+		}
 		defer it.Close()
-		// The page holding from is the last one that starts at or before it.
-		valid := it.SeekLT(pageKey(shard, from+1))
-		if !valid {
-			valid = it.First()
+		scan(it, shard, from, end, clone, yield)
+	}
+}
+
+// view checks from against the shard's floor and opens an iterator over its pages,
+// which end at end; it returns no iterator if there is nothing to read from from.
+func (l *Log) view(shard string, from uint64) (it *pebble.Iterator, end uint64, err error) {
+	l.mu.RLock()
+	st, ok := l.mu.shards[shard]
+	l.mu.RUnlock()
+	if !ok {
+		return nil, 0, nil
+	}
+	// The floor and the iterator's view must be one state: truncations (and adopts)
+	// apply their batch and raise the floor under st.mu, so a view opened under it
+	// holds every page from the floor on. A truncation between the check and the
+	// view would start the read past from, or leave it nothing.
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if from < st.mu.floor {
+		return nil, 0, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
+	}
+	// Pebble shows a batch applied with ApplyNoSyncWait before its sync: a page past
+	// acked may still fail to sync, or be lost in a crash and its offsets taken by
+	// another record after the reopen, so the view ends at acked. acked is a page
+	// boundary (an append raises it to its page's end), and every page below it was
+	// applied before it rose, so the view holds them.
+	end = st.acked.Load()
+	if from >= end {
+		return nil, end, nil
+	}
+	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pageKey(shard, end)})
+	if err != nil {
+		return nil, 0, fmt.Errorf("wal: read shard %q: %w", shard, err)
+	}
+	return it, end, nil
+}
+
+// scan yields the pages of it from the one holding offset from to end; with clone,
+// the pages' records are copies. The view holds every page from from to end, so a
+// gap is corruption: at the start, between pages, or at the end.
+func scan(it *pebble.Iterator, shard string, from, end uint64, clone bool, yield func(Page, error) bool) {
+	// The page holding from is the last one that starts at or before it.
+	valid := it.SeekLT(pageKey(shard, from+1))
+	if !valid {
+		valid = it.First()
+	}
+	expect := from
+	started := false
+	for ; valid; valid = it.Next() {
+		_, first, ok := parsePageKey(it.Key())
+		if !ok {
+			yield(Page{}, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt))
+			return
 		}
-		var expect uint64
-		started := false
-		for ; valid; valid = it.Next() {
-			_, first, ok := parsePageKey(it.Key())
-			if !ok {
-				yield(Page{}, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt))
-				return
-			}
-			v := it.Value()
-			if clone {
-				v = slices.Clone(v)
-			}
-			p, err := decodePage(shard, first, v)
-			if err != nil {
-				yield(Page{}, err)
-				return
-			}
-			if p.NextOffset() <= from {
-				continue
-			}
-			if started && first != expect {
-				yield(Page{}, &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", expect)})
-				return
-			}
-			started, expect = true, p.NextOffset()
-			if !yield(p, nil) {
-				return
-			}
+		v := it.Value()
+		if clone {
+			v = slices.Clone(v)
 		}
-		if err := it.Error(); err != nil {
-			yield(Page{}, fmt.Errorf("wal: read shard %q: %w", shard, err))
+		p, err := decodePage(shard, first, v)
+		if err != nil {
+			yield(Page{}, err)
+			return
 		}
+		if p.NextOffset() <= from {
+			continue
+		}
+		switch {
+		case !started && first > from:
+			yield(Page{}, &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("the first page after offset %d: the page holding it is missing", from)})
+			return
+		case started && first != expect:
+			yield(Page{}, &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", expect)})
+			return
+		}
+		started, expect = true, p.NextOffset()
+		if !yield(p, nil) {
+			return
+		}
+	}
+	if err := it.Error(); err != nil {
+		yield(Page{}, fmt.Errorf("wal: read shard %q: %w", shard, err))
+		return
+	}
+	if expect < end {
+		yield(Page{}, &CorruptionError{Shard: shard, Offset: expect, Reason: fmt.Sprintf("the pages end at %d, the shard at %d: pages are missing", expect, end)})
 	}
 }
 
