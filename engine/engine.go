@@ -106,7 +106,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	// The WAL's directory lock is taken first: only the engine that holds it may
 	// create Dir/instance, or two opens of a new Dir could each write an id and the
 	// loser's would outlive the winner's leases.
-	log, err := wal.Open(filepath.Join(opts.Dir, "wal"), wal.Options{Logger: opts.Logger, Now: opts.Now})
+	log, err := wal.Open(filepath.Join(opts.Dir, "wal"), wal.Options{Logger: opts.Logger, Now: opts.Now, FS: opts.FS})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l0store/l0/manifest"
@@ -77,6 +78,10 @@ type Options struct {
 	BlockSize int
 	// Now is the clock of pages, seal ages and leases. Default time.Now.
 	Now func() time.Time
+	// FS is the file system of the WAL (see wal.Options.FS): vfs.Default or a
+	// wrapper of it that injects faults or delays. Default vfs.Default. Part files
+	// and uploads go through the operating system.
+	FS vfs.FS
 }
 
 // EnsureDefaults fills in the zero fields.
