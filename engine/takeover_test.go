@@ -12,6 +12,7 @@ import (
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
 )
@@ -174,5 +175,30 @@ func TestAReopenOnAReplicaSetKeepsItsBacklog(t *testing.T) {
 	}
 	if err := sh.Close(context.Background()); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
+	}
+}
+
+// TestAnOpenOnAMissingBucketFailsInsteadOfStartingEmpty: a store whose bucket is
+// gone is not a store of new shards; an open that read it as one would hand out
+// offsets from 0 again.
+func TestAnOpenOnAMissingBucketFailsInsteadOfStartingEmpty(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	drv, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "local", drv), Seal: quietSealOptions()}
+	e := open(t, opts)
+	appendBatches(t, openShard(t, e, "s"), 1)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, opts)
+	if _, err := e.OpenShard(ctx, "s"); !errors.Is(err, substrate.ErrBucketNotFound) {
+		t.Fatalf("open on a removed bucket: %v, want ErrBucketNotFound", err)
 	}
 }
