@@ -204,7 +204,7 @@ func WaitForLease() OpenOption { return func(o *manifest.LeaseOptions) { o.Wait 
 // OpenShard opens shard id: it takes the shard's lease, which fences any earlier
 // owner, settles the WAL against the manifest, and arms a seal of any pages the
 // engine before it left unsealed, so they are sealed at once rather than when they
-// age (SPEC SE3). Offsets continue where the shard's last acknowledged record left
+// age. Offsets continue where the shard's last acknowledged record left
 // them. The id must pass shard.ValidateID; a shard is open at most once per engine
 // (ErrShardOpen) until its Close or Retire.
 func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (*shard.Shard, error) {

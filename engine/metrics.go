@@ -314,7 +314,7 @@ func appendPartReplicas(dst []replica.PartReplicas, parts []manifest.Part) []rep
 }
 
 // durabilityCollector exposes the replica set's configuration and the parts' data
-// durability, each named for what it is computed from (SPEC R7).
+// durability, each named for what it is computed from.
 type durabilityCollector struct{ m *metrics }
 
 var (

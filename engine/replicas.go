@@ -65,13 +65,13 @@ func (e *Engine) recordReplica(ctx context.Context, j replica.Job, name string) 
 
 // BackfillUnderReplicated queues a copy of every part of the open shards that some
 // replica of the set lacks, onto the uploader, and returns how many parts it queued
-// (SPEC R3). A part sealed in this process is read from its local file while it has
+//. A part sealed in this process is read from its local file while it has
 // one; any other from the first replica, in the set's order, that the manifest says
 // holds it. Parts whose copies are already queued or running are left to them. A
 // single-replica set backfills nothing. Wait with FlushAndWaitUploads.
 //
 // It is idempotent: a copy that is already there is recorded again rather than
-// written, and no location is ever removed (SPEC R4).
+// written, and no location is ever removed.
 func (e *Engine) BackfillUnderReplicated(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

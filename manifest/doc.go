@@ -14,7 +14,7 @@
 // other damage ErrCorrupt. The durable manifest never names a local file: after a
 // restart every part is read from a substrate.
 //
-// Ownership is a lease in the authority's copy (SPEC M3): owner, epoch, expiry. An
+// Ownership is a lease in the authority's copy: owner, epoch, expiry. An
 // Owner is this instance's handle on one shard's lease: Acquire takes a released or
 // expired lease over by bumping the epoch, Renew extends it, Commit adds a part (and
 // renews), Release gives it up. Every write is a compare-and-swap on the version the

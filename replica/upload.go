@@ -110,7 +110,7 @@ func (o *Options) ensureDefaults() {
 }
 
 // Stats are the uploader's counters. Normal uploads (parts sealed in this process)
-// and backfill uploads are counted apart (SPEC R6).
+// and backfill uploads are counted apart.
 type Stats struct {
 	Uploads, UploadBytes                 uint64
 	UploadLagMicrosTotal                 uint64 // seal → on every target, summed over parts
@@ -336,7 +336,7 @@ func (u *Uploader) work() {
 }
 
 // run copies j's part to each target and records each copy; a target that fails
-// every attempt fails the job, which a later backfill repairs (SPEC R9). The records
+// every attempt fails the job, which a later backfill repairs. The records
 // are published while the worker goes on to its next copy (the owner groups the
 // records that wait into one publish); a backfill's records first wait for the other
 // backfill copies of the shard (Options.BackfillRecordDelay). The job ends, and Flush

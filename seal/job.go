@@ -57,7 +57,7 @@ type Job struct {
 // A crash or error between any two steps loses and duplicates nothing: before the
 // commit the pages stay in the WAL and the object is an orphan no manifest names;
 // after it, the pages below the sealed watermark are dropped by the next seal or
-// open (SPEC M4, DESIGN.md "Sealing").
+// open (DESIGN.md, "Sealing").
 func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 	res, err := j.run(ctx, budget)
 	// A closed WAL (the engine closing) and a stale epoch (a newer owner) stop the

@@ -96,7 +96,7 @@ func NewScheduler(opts Options) (*Scheduler, error) {
 
 // Add starts evaluating shard id. With armed, its deferred flag is set, so it seals
 // at the first evaluation, which happens at once: an open that inherits unsealed
-// pages passes armed (SPEC SE3).
+// pages passes armed.
 func (s *Scheduler) Add(id string, t Target, armed bool) {
 	s.mu.Lock()
 	s.mu.shards[id] = &entry{t: t, deferred: armed}
@@ -228,7 +228,7 @@ func (s *Scheduler) startLocked(id string, e *entry, bytes uint64) {
 	default:
 		return
 	}
-	// The flag is cleared before the seal runs (SPEC SE4): a cut or a failure arms
+	// The flag is cleared before the seal runs: a cut or a failure arms
 	// it again.
 	e.deferred = false
 	if bytes == 0 {
@@ -260,7 +260,7 @@ func (s *Scheduler) finished(e *entry, res Result, err error) {
 			e.stopped = true // its owner is gone: evaluating it again would loop
 			return
 		}
-		// Any trigger's failure re-arms the flag (SPEC SE4): the backlog's age may
+		// Any trigger's failure re-arms the flag: the backlog's age may
 		// have restarted at an open, and the retry must not wait for it.
 		e.deferred = true
 		e.backoff = min(max(2*e.backoff, s.opts.BackoffMin), s.opts.BackoffMax)
@@ -270,6 +270,6 @@ func (s *Scheduler) finished(e *entry, res Result, err error) {
 	}
 	e.backoff, e.notUntil = 0, time.Time{}
 	if res.Cut {
-		e.deferred = true // SPEC SE2
+		e.deferred = true // the rest seals at the next evaluation
 	}
 }

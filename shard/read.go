@@ -68,7 +68,7 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 // readPart yields the records of p from *next on, advancing *next; more is false
 // when the caller stopped. It reads from the replicas that hold p, in the set's
 // order, then from the others; on an error or a failed check it goes on, from the
-// next record due, at the next replica (SPEC M5).
+// next record due, at the next replica.
 func (s *Shard) readPart(ctx context.Context, p manifest.Part, next *uint64, yield func(Record, error) bool) (more bool, err error) {
 	var errs []error
 	holders := s.holders(p)

@@ -102,7 +102,7 @@ type Shard struct {
 
 // Open opens shard id for its owner, whose epoch the WAL already carries (see
 // engine.OpenShard). With armed, the shard has pages an earlier engine left
-// unsealed, and the scheduler seals them at its first evaluation (SPEC SE3).
+// unsealed, and the scheduler seals them at its first evaluation.
 func Open(id string, cfg Config, armed bool) (*Shard, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (s *Shard) stopIntake() bool {
 	return true
 }
 
-// Close is the cooperative close (SPEC SE6): it stops intake and waits for the
+// Close is the cooperative close: it stops intake and waits for the
 // appends in flight, seals everything still unsealed, and releases the lease, so the
 // next owner takes the shard over at once with nothing to seal. If a seal fails the
 // lease is kept (it runs out on its own, and an open on this engine's directory
@@ -193,7 +193,7 @@ func (s *Shard) Close(ctx context.Context) error {
 	return nil
 }
 
-// Retire stops the shard at once for a lag move (SPEC SE6): it stops intake, cancels
+// Retire stops the shard at once for a lag move: it stops intake, cancels
 // a seal in flight, and releases the lease without sealing. The unsealed pages stay
 // in the WAL, and the next open of the shard on this engine's directory seals them
 // at its first evaluation.
