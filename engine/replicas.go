@@ -64,8 +64,8 @@ func (e *Engine) recordReplica(ctx context.Context, j replica.Job, name string) 
 }
 
 // BackfillUnderReplicated queues a copy of every part of the open shards that some
-// replica of the set lacks, onto the uploader, and returns how many parts it queued
-//. A part sealed in this process is read from its local file while it has
+// replica of the set lacks, onto the uploader, and returns how many parts it
+// queued. A part sealed in this process is read from its local file while it has
 // one; any other from the first replica, in the set's order, that the manifest says
 // holds it. Parts whose copies are already queued or running are left to them. A
 // single-replica set backfills nothing. Wait with FlushAndWaitUploads.
