@@ -211,8 +211,15 @@ func (l *Log) load() error {
 				return err
 			}
 			st := l.stateLocked(shard)
-			if st.mu.pages == 0 && first < st.mu.floor {
+			// Floor keys sort before page keys, so the floor is known here. Every
+			// truncation and reset writes the floor in the batch that drops the pages
+			// below it, and a shard without a floor key starts at 0: a first page
+			// anywhere else means pages were lost.
+			switch {
+			case st.mu.pages == 0 && first < st.mu.floor:
 				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page before the floor %d", st.mu.floor)}
+			case st.mu.pages == 0 && first > st.mu.floor:
+				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("the first page, above the floor %d: a page is missing", st.mu.floor)}
 			}
 			if st.mu.pages > 0 && first != st.mu.next {
 				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", st.mu.next)}
