@@ -21,8 +21,9 @@
 //
 //	l0-acked:   a file beside pebble's, the acknowledged watermark: per shard the floor
 //	            and the end of the acknowledged records, rewritten atomically at most
-//	            every Options.AckedInterval and at Close (format in acked.go). Open
-//	            refuses a log that replays to less.
+//	            every Options.AckedInterval, at Close, and at an open that recovered
+//	            more than it says (format in acked.go). Open refuses a log that
+//	            replays to less.
 //
 // The CRC-32C (Castagnoli) covers the page key and every value byte before it, so a
 // page that is damaged, or found under another shard's or offset's key, is reported as

@@ -174,6 +174,13 @@ func (l *Log) recover() error {
 	for _, st := range l.mu.shards {
 		st.acked.Store(st.mu.next)
 	}
+	// A kill before the watermark caught up leaves it behind the log. Claim what was
+	// recovered now: nothing else would rewrite it before a change, and a clean Close
+	// with none would leave the replayed records uncovered. Pebble's Open flushed what
+	// it replayed to synced tables, so all of it is durable.
+	if !maps.Equal(marks, l.marks()) {
+		return l.writeMarksNow()
+	}
 	return nil
 }
 
