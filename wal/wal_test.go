@@ -229,6 +229,7 @@ func TestACorruptPageIsReportedWithItsPlace(t *testing.T) {
 			closer.Close()
 			l.db.Set(pageKey("s", 3), v, nil)
 		},
+		"last page missing": func(l *Log) { l.db.Delete(pageKey("s", 3), nil) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := open(t, t.TempDir(), Options{})
