@@ -29,7 +29,8 @@ import (
 //	+-----------+---------+--------------+---------------------------------------+----------+
 //
 // It is replaced atomically (temp file, fsync, rename, directory fsync) at most once
-// per Options.AckedInterval while appends or truncations happen, and at Close.
+// per Options.AckedInterval while appends or truncations happen, at Close, and at an
+// open whose log recovered other than it says.
 const (
 	ackedFile     = "l0-acked"
 	ackedMagic    = "l0ack"

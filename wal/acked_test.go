@@ -117,3 +117,58 @@ func TestADamagedWatermarkFailsTheOpen(t *testing.T) {
 		t.Fatalf("open: %v, want ErrCorrupt", err)
 	}
 }
+
+// A kill before the watermark caught up leaves it behind the log. The open that
+// recovers the log must bring it up to what it replayed, durably, so that a clean
+// Close with nothing appended since does not leave those records uncovered.
+func TestACleanCloseAfterRecoveryRewritesTheWatermark(t *testing.T) {
+	for name, stale := range map[string]map[string]mark{
+		"records past the watermark":  {"s": {floor: 0, acked: 1}},
+		"a truncation past it":        {"s": {floor: 0, acked: 3}},
+		"a shard the watermark lacks": {"other": {floor: 0, acked: 1}},
+		"no watermark file":           nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{AckedInterval: time.Hour} // only the open and Close write it
+			l := open(t, dir, opts)
+			ctx := context.Background()
+			for _, shard := range []string{"s", "other"} {
+				for _, n := range []int{2, 1} {
+					if _, err := l.Append(ctx, shard, 0, recs("r", n)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := l.TruncateThrough("s", 0, 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]mark{"s": {floor: 2, acked: 3}, "other": {floor: 0, acked: 3}}
+			if got, err := readMarks(dir); err != nil || !maps.Equal(got, want) {
+				t.Fatalf("after the first Close: %v, %v; want %v", got, err, want)
+			}
+			// Stand in for a kill before the watermark caught up.
+			if stale == nil {
+				if err := os.Remove(filepath.Join(dir, ackedFile)); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := writeMarks(dir, stale); err != nil {
+				t.Fatal(err)
+			}
+			l = open(t, dir, opts)
+			if got, err := readMarks(dir); err != nil || !maps.Equal(got, want) {
+				l.Close()
+				t.Fatalf("after the recovering open: %v, %v; want %v", got, err, want)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := readMarks(dir); err != nil || !maps.Equal(got, want) {
+				t.Fatalf("after a clean Close: %v, %v; want %v", got, err, want)
+			}
+		})
+	}
+}

@@ -21,8 +21,9 @@
 //
 //	l0-acked:   a file beside pebble's, the acknowledged watermark: per shard the floor
 //	            and the end of the acknowledged records, rewritten atomically at most
-//	            every Options.AckedInterval and at Close (format in acked.go). Open
-//	            refuses a log that replays to less.
+//	            every Options.AckedInterval, at Close, and at an open that recovered
+//	            more than it says (format in acked.go). Open refuses a log that
+//	            replays to less.
 //
 // The CRC-32C (Castagnoli) covers the page key and every value byte before it, so a
 // page that is damaged, or found under another shard's or offset's key, is reported as
@@ -34,12 +35,15 @@
 // a page is never durable before an earlier page of the same shard. Pebble drops a
 // torn tail of its WAL at open (those appends were never acknowledged) and reports
 // corruption anywhere else, except inside its last log file, where damage reads as a
-// torn tail too: the l0-acked watermark is what reports that.
+// torn tail too: the l0-acked watermark is what reports that. Reads see only durable
+// pages, though pebble shows a batch before its sync: a read ends at the last page
+// whose append's sync returned.
 //
 // Usage:
 //
 //	l, err := wal.Open(dir, wal.Options{})
-//	first, err := l.Append(ctx, "orders-7", [][]byte{rec1, rec2}) // durable on return
+//	err = l.SetEpoch("orders-7", epoch) // the shard's owner
+//	first, err := l.Append(ctx, "orders-7", epoch, [][]byte{rec1, rec2}) // durable on return
 //	for page, err := range l.Pages("orders-7", first) { ... }
-//	err = l.TruncateThrough("orders-7", first+2) // pages before offset first+2 are sealed
+//	err = l.TruncateThrough("orders-7", epoch, first+2) // pages before offset first+2 are sealed
 package wal

@@ -174,6 +174,13 @@ func (l *Log) recover() error {
 	for _, st := range l.mu.shards {
 		st.acked.Store(st.mu.next)
 	}
+	// A kill before the watermark caught up leaves it behind the log. Claim what was
+	// recovered now: nothing else would rewrite it before a change, and a clean Close
+	// with none would leave the replayed records uncovered. Pebble's Open flushed what
+	// it replayed to synced tables, so all of it is durable.
+	if !maps.Equal(marks, l.marks()) {
+		return l.writeMarksNow()
+	}
 	return nil
 }
 
@@ -211,8 +218,15 @@ func (l *Log) load() error {
 				return err
 			}
 			st := l.stateLocked(shard)
-			if st.mu.pages == 0 && first < st.mu.floor {
+			// Floor keys sort before page keys, so the floor is known here. Every
+			// truncation and reset writes the floor in the batch that drops the pages
+			// below it, and a shard without a floor key starts at 0: a first page
+			// anywhere else means pages were lost.
+			switch {
+			case st.mu.pages == 0 && first < st.mu.floor:
 				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page before the floor %d", st.mu.floor)}
+			case st.mu.pages == 0 && first > st.mu.floor:
+				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("the first page, above the floor %d: a page is missing", st.mu.floor)}
 			}
 			if st.mu.pages > 0 && first != st.mu.next {
 				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", st.mu.next)}

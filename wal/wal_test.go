@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/goleak"
 )
 
@@ -227,6 +229,7 @@ func TestACorruptPageIsReportedWithItsPlace(t *testing.T) {
 			closer.Close()
 			l.db.Set(pageKey("s", 3), v, nil)
 		},
+		"last page missing": func(l *Log) { l.db.Delete(pageKey("s", 3), nil) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := open(t, t.TempDir(), Options{})
@@ -263,6 +266,53 @@ func TestAMissingPageFailsTheOpen(t *testing.T) {
 	var ce *CorruptionError
 	if !errors.As(err, &ce) || ce.Offset != 4 {
 		t.Fatalf("open with a hole: %v; want a corruption at offset 4", err)
+	}
+}
+
+// A hole between a shard's floor and its first page is corruption too, with a floor
+// key (after a truncation) or without one (floor 0).
+func TestAMissingFirstPageFailsTheOpen(t *testing.T) {
+	for name, c := range map[string]struct {
+		truncate uint64 // the floor, through TruncateThrough
+		from, to uint64 // the pages deleted, as offsets
+		report   uint64 // the page the error names
+	}{
+		"at offset 0":         {truncate: 0, from: 0, to: 2, report: 2},
+		"at a raised floor":   {truncate: 2, from: 2, to: 4, report: 4},
+		"and the second page": {truncate: 0, from: 0, to: 4, report: 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := open(t, dir, Options{})
+			for range 3 {
+				if _, err := l.Append(t.Context(), "s", 0, recs("x", 2)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.truncate > 0 {
+				if err := l.TruncateThrough("s", 0, c.truncate); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.DeleteRange(pageKey("s", c.from), pageKey("s", c.to), pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Open(dir, Options{})
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || ce.Shard != "s" || ce.Offset != c.report {
+				t.Fatalf("open without the pages from %d to %d: %v; want a corruption of s at offset %d", c.from, c.to, err, c.report)
+			}
+		})
 	}
 }
 
