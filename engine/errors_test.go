@@ -13,6 +13,7 @@ import (
 
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/wal"
 )
 
 // heldSyncs is a file system whose syncs of pebble's log block while held.
@@ -128,5 +129,21 @@ func TestEveryAppendErrorSaysWhetherRecordsMayHaveBeenWritten(t *testing.T) {
 	got := readAll(t, openShard(t, e, "s"), 0)
 	if len(got) != 2 || string(got[0]) != "before" || string(got[1]) != "maybe" {
 		t.Fatalf("after reopen: %q; want the accepted record and the one of unknown outcome", got)
+	}
+}
+
+// TestAnAppendRefusedByAClosedWALCountsAsClosed: the reason label says what
+// happened: a closed log is closed, not a WAL failure.
+func TestAnAppendRefusedByAClosedWALCountsAsClosed(t *testing.T) {
+	e := open(t, Options{Dir: t.TempDir(), Seal: quietSealOptions()})
+	sh := openShard(t, e, "s")
+	if err := e.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.Append(context.Background(), []byte("x")); !errors.Is(err, wal.ErrClosed) || errors.Is(err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("append to a closed WAL: %v, want wal.ErrClosed, a refusal", err)
+	}
+	if m := e.Metrics(); m.AppendErrors[reasonClosed] != 1 || m.AppendErrors[reasonWAL] != 0 {
+		t.Fatalf("append errors %v, want one closed", m.AppendErrors)
 	}
 }

@@ -206,6 +206,14 @@ func TestBackfillIsIdempotentAndNeverDropsALocation(t *testing.T) {
 	if substratetest.CountObjects(t, h.gcs, manifest.PartsPrefix("s")) != 3 {
 		t.Fatalf("%d objects on the new replica", substratetest.CountObjects(t, h.gcs, manifest.PartsPrefix("s")))
 	}
+	// The counters say what the backfill wrote: two copies, not the one it found.
+	var size uint64
+	for _, p := range sh.Manifest().Parts[1:] {
+		size += uint64(p.Size)
+	}
+	if m := e.Metrics(); m.BackfillUploads != 2 || m.BackfillUploadBytes != size {
+		t.Fatalf("backfill uploads %d, %d bytes; want the 2 copies written, %d bytes", m.BackfillUploads, m.BackfillUploadBytes, size)
+	}
 }
 
 func TestBackfillAfterRestartReadsFromAReplica(t *testing.T) {
