@@ -248,7 +248,13 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
 		Observer: e.metrics, Now: e.opts.Now,
-		OnClose: func() { e.forget(id) },
+		OnClose: func(inDoubt []manifest.Part) {
+			e.forget(id)
+			for _, p := range inDoubt {
+				e.opts.Logger.Warn("engine: a part whose commit had an unknown outcome was not settled before the shard closed: if it was committed, it lacks its copies until BackfillUnderReplicated",
+					"shard", id, "part", p.Key)
+			}
+		},
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()

@@ -203,8 +203,11 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 }
 
 // wait returns once the substrate holds shard's manifest of sequence seq or a
-// newer one, or the copy's next attempt failed (its error), or ctx ended.
+// newer one, or ctx ended, or the copy failed waitAttempts attempts in a row (the
+// last error): a replica that is down for a moment does not cut a handover short,
+// and one that stays down does not hold it forever.
 func (c *copier) wait(ctx context.Context, shard string, seq uint64) error {
+	failed := 0
 	for {
 		c.mu.Lock()
 		st, ok := c.mu.shards[shard]
@@ -221,13 +224,17 @@ func (c *copier) wait(ctx context.Context, shard string, seq uint64) error {
 		}
 		c.mu.Lock()
 		err := st.err
-		if st.landed < seq && err != nil && !st.inflight {
-			c.mu.Unlock()
-			return err
-		}
 		c.mu.Unlock()
+		if err != nil {
+			if failed++; failed == waitAttempts {
+				return err
+			}
+		}
 	}
 }
+
+// waitAttempts is how many failed attempts in a row a wait for a copy sits out.
+const waitAttempts = 5
 
 // pending returns the shards whose copy is due and the sequence each waits for.
 func (c *copier) pending() map[string]uint64 {

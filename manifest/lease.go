@@ -121,17 +121,16 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 				return nil, Manifest{}, err
 			}
 		}
-		newVer, err := store.publish(ctx, m, ver)
+		newVer, data, err := store.publish(ctx, m, ver)
 		if errors.Is(err, substrate.ErrPreconditionFailed) {
 			continue // another instance wrote first, or our write did and its reply was lost: look again
 		}
 		if err != nil {
 			// The takeover may have landed with its reply lost: reading back tells.
-			cur, curVer, lerr := store.Load(ctx, shard)
-			if lerr != nil || cur.Owner != instance || cur.Epoch != m.Epoch || cur.Seq != m.Seq {
+			_, curVer, landed, lerr := store.settle(ctx, m, data)
+			if !landed {
 				return nil, Manifest{}, fmt.Errorf("manifest %s: acquire: %w", shard, errors.Join(err, lerr))
 			}
-			store.published(cur, nil)
 			newVer = curVer
 		}
 		o := &Owner{store: store, instance: instance, epoch: m.Epoch, opts: opts}
@@ -313,27 +312,26 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 			m.LeaseExpiry = now.Add(o.opts.Duration)
 		}
 		m.Seq++
-		ver, err := o.store.publish(ctx, m, o.mu.ver)
+		ver, data, err := o.store.publish(ctx, m, o.mu.ver)
 		if err == nil {
 			o.publishedLocked(m, ver, now)
 			return nil
 		}
 		// A precondition failure is another write first (a new owner's, or ours
 		// whose reply was lost); any other error may have landed too. Either way
-		// the authority tells: the manifest carries our epoch and sequence.
-		cur, curVer, lerr := o.store.Load(ctx, m.Shard)
+		// the authority tells.
+		cur, curVer, landed, lerr := o.store.settle(ctx, m, data)
 		if lerr != nil {
 			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err, lerr))
+		}
+		if landed { // the reply was lost, or a client's retry found its own write
+			o.publishedLocked(cur, curVer, now)
+			return nil
 		}
 		if cur.Epoch != o.epoch || cur.Owner != o.instance {
 			return o.stop(fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.epoch, cur.Epoch, cur.Owner, ErrFenced))
 		}
 		if !errors.Is(err, substrate.ErrPreconditionFailed) {
-			if cur.Seq == m.Seq { // it landed
-				o.store.published(cur, nil)
-				o.publishedLocked(cur, curVer, now)
-				return nil
-			}
 			// Not there now; a request still in flight could land later, but only
 			// on the version it was sent for, which the next write replaces.
 			o.mu.ver = curVer

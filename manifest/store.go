@@ -1,10 +1,12 @@
 package manifest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/l0store/l0/substrate"
@@ -66,17 +68,28 @@ func NewStoreWithOptions(opts StoreOptions, authority *substrate.Bucket, copies 
 	return s
 }
 
-// Flush waits until every copy handed over before the call has landed, or failed
-// an attempt (the errors, joined), or ctx ended.
+// Flush waits until every copy handed over before the call has landed, or ctx
+// ended, or a copy failed several attempts in a row (the errors, joined). The
+// copies are waited for together, so a replica that is down costs one wait, not
+// one per shard.
 func (s *Store) Flush(ctx context.Context) error {
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
 	for _, c := range s.copies {
 		for shard, seq := range c.pending() {
-			if err := c.wait(ctx, shard, seq); err != nil {
-				errs = append(errs, err)
-			}
+			wg.Go(func() {
+				if err := c.wait(ctx, shard, seq); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
 		}
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -114,21 +127,43 @@ func LoadFrom(ctx context.Context, b *substrate.Bucket, shard string) (Manifest,
 }
 
 func load(ctx context.Context, b *substrate.Bucket, shard string) (Manifest, substrate.Version, error) {
+	m, ver, _, err := loadRaw(ctx, b, shard)
+	return m, ver, err
+}
+
+// loadRaw is load that also returns the manifest's bytes (nil when it is absent).
+func loadRaw(ctx context.Context, b *substrate.Bucket, shard string) (Manifest, substrate.Version, []byte, error) {
 	data, attrs, err := b.Get(ctx, Key(shard))
 	if errors.Is(err, substrate.ErrNotFound) {
-		return Manifest{Shard: shard}, "", nil
+		return Manifest{Shard: shard}, "", nil, nil
 	}
 	if err != nil {
-		return Manifest{}, "", fmt.Errorf("manifest %s on %s: %w", shard, b.Name(), err)
+		return Manifest{}, "", nil, fmt.Errorf("manifest %s on %s: %w", shard, b.Name(), err)
 	}
 	m, err := Decode(data)
 	if err != nil {
-		return Manifest{}, "", fmt.Errorf("manifest %s on %s: %w", shard, b.Name(), err)
+		return Manifest{}, "", nil, fmt.Errorf("manifest %s on %s: %w", shard, b.Name(), err)
 	}
 	if m.Shard != shard {
-		return Manifest{}, "", fmt.Errorf("manifest %s on %s names shard %q: %w", shard, b.Name(), m.Shard, ErrCorrupt)
+		return Manifest{}, "", nil, fmt.Errorf("manifest %s on %s names shard %q: %w", shard, b.Name(), m.Shard, ErrCorrupt)
 	}
-	return m, attrs.Version, nil
+	return m, attrs.Version, data, nil
+}
+
+// settle reads the authority back after a write of m, whose encoding is data,
+// failed: landed reports that the authority holds exactly those bytes. The bytes
+// identify the write: an earlier write of this owner with the same sequence (one
+// whose outcome was unknown, built on the same view) holds different bytes, and
+// taking it for this one would report a commit or a release that never happened.
+func (s *Store) settle(ctx context.Context, m Manifest, data []byte) (cur Manifest, ver substrate.Version, landed bool, err error) {
+	cur, ver, raw, err := loadRaw(ctx, s.authority, m.Shard)
+	if err != nil {
+		return Manifest{}, "", false, err
+	}
+	if landed = raw != nil && bytes.Equal(raw, data); landed {
+		s.published(cur, raw)
+	}
+	return cur, ver, landed, nil
 }
 
 // publish writes m to the authority if its version is still ver (absent when ver is
@@ -136,10 +171,10 @@ func load(ctx context.Context, b *substrate.Bucket, shard string) (Manifest, sub
 // write came first. m.Seq must be one past the sequence of the manifest at ver. Once
 // the authority holds m, the copies are handed over and publish returns: no caller
 // waits on a copy.
-func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) (substrate.Version, error) {
+func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) (substrate.Version, []byte, error) {
 	data, err := Encode(m)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	key := Key(m.Shard)
 	var attrs substrate.Attrs
@@ -153,10 +188,10 @@ func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) 
 		attrs, err = s.authority.CompareAndSwapBytes(ctx, key, ver, data)
 	}
 	if err != nil {
-		return "", err
+		return "", data, err
 	}
 	s.published(m, data)
-	return attrs.Version, nil
+	return attrs.Version, data, nil
 }
 
 // published hands m, which the authority holds, to the copies; data is its

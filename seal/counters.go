@@ -44,23 +44,24 @@ func (c *Counters) Stats() Stats {
 // an orphan object, and its file goes. Safe for concurrent use.
 type Doubts struct {
 	mu    sync.Mutex
-	parts []doubt
+	parts []Doubt
 }
 
-type doubt struct {
-	part     manifest.Part
-	file     string
+// Doubt is one part in doubt and its local file.
+type Doubt struct {
+	Part     manifest.Part
+	File     string
 	rawBytes uint64
 }
 
 func (d *Doubts) add(p manifest.Part, file string, rawBytes uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.parts = append(d.parts, doubt{p, file, rawBytes})
+	d.parts = append(d.parts, Doubt{p, file, rawBytes})
 }
 
-// take removes and returns every doubt.
-func (d *Doubts) take() []doubt {
+// Take removes and returns every doubt.
+func (d *Doubts) Take() []Doubt {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := d.parts

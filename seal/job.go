@@ -132,6 +132,10 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	return res, nil
 }
 
+// Settle decides the parts in doubt (see settle), for a shard that stops without
+// sealing again.
+func (j Job) Settle(ctx context.Context) error { return j.settle(ctx) }
+
 // settle decides the parts in doubt. A write of the manifest settles them: once a
 // compare-and-swap of ours has landed, no earlier request can land any more, and
 // the owner's view shows each part committed or not. Each committed one counts as
@@ -148,18 +152,18 @@ func (j Job) settle(ctx context.Context) error {
 		return fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
 	}
 	m := j.Owner.Manifest()
-	for _, d := range j.Doubts.take() {
-		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.part.Key })
+	for _, d := range j.Doubts.Take() {
+		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.Part.Key })
 		if i < 0 {
-			os.Remove(d.file) // never committed: an orphan object
+			os.Remove(d.File) // never committed: an orphan object
 			continue
 		}
 		p := m.Parts[i]
 		if j.Counters != nil {
 			j.Counters.Observe(Result{Records: p.Count, RawBytes: d.rawBytes, Objects: 1, Size: p.Size}, nil)
 		}
-		if j.AfterCommit == nil || !j.AfterCommit(p, d.file) {
-			os.Remove(d.file)
+		if j.AfterCommit == nil || !j.AfterCommit(p, d.File) {
+			os.Remove(d.File)
 		}
 	}
 	return nil

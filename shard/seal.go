@@ -20,10 +20,15 @@ func (s *Shard) Unsealed() (uint64, time.Time) {
 // an unknown outcome. Every seal is counted in the engine's seal metrics, whoever
 // runs it.
 func (s *Shard) Seal(ctx context.Context, budget uint64) (seal.Result, error) {
+	return s.job().Run(ctx, budget)
+}
+
+// job is a seal of the shard.
+func (s *Shard) job() seal.Job {
 	first := s.cfg.Replicas.First()
 	return seal.Job{
 		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: first.Bucket, Replica: first.Name,
 		Dir: s.cfg.PartsDir, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Now: s.cfg.Now,
 		AfterCommit: s.cfg.AfterCommit, Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts,
-	}.Run(ctx, budget)
+	}
 }

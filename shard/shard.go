@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"time"
 
@@ -81,8 +82,10 @@ type Config struct {
 	MaxBatchBytes int
 	Observer      Observer
 	Now           func() time.Time
-	// OnClose runs once, when the shard has closed or retired.
-	OnClose func()
+	// OnClose runs once, when the shard has closed or retired, with the parts whose
+	// commit had an unknown outcome that it could not settle: each may be in the
+	// manifest without its copies (a backfill repairs that).
+	OnClose func(inDoubt []manifest.Part)
 }
 
 // Shard is one open shard. It is safe for concurrent use.
@@ -163,7 +166,7 @@ func (s *Shard) Close(ctx context.Context) error {
 	if !s.stopIntake() {
 		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
 	}
-	defer s.cfg.OnClose()
+	defer s.closed()
 	s.cfg.Sealer.Remove(s.id, true)
 	for {
 		res, err := s.Seal(ctx, math.MaxUint64)
@@ -174,13 +177,8 @@ func (s *Shard) Close(ctx context.Context) error {
 			break
 		}
 	}
-	// The copies record their locations through this owner: let them finish.
-	for s.cfg.Uploading != nil && s.cfg.Uploading() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("shard %q: close: waiting for uploads: %w", s.id, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
+	if err := s.waitUploads(ctx); err != nil {
+		return fmt.Errorf("shard %q: close: %w", s.id, err)
 	}
 	if err := s.cfg.Owner.Release(ctx); err != nil {
 		return fmt.Errorf("shard %q: close: %w", s.id, err)
@@ -193,16 +191,43 @@ func (s *Shard) Close(ctx context.Context) error {
 	return nil
 }
 
+// waitUploads waits for the copies of the shard's parts: they record their
+// locations through this owner, so they must finish before it releases.
+func (s *Shard) waitUploads(ctx context.Context) error {
+	for s.cfg.Uploading != nil && s.cfg.Uploading() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for uploads: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// closed reports the shard gone, with the parts still in doubt; their files go.
+func (s *Shard) closed() {
+	var parts []manifest.Part
+	for _, d := range s.doubts.Take() {
+		parts = append(parts, d.Part)
+		os.Remove(d.File)
+	}
+	s.cfg.OnClose(parts)
+}
+
 // Retire stops the shard at once for a lag move: it stops intake, cancels
 // a seal in flight, and releases the lease without sealing. The unsealed pages stay
 // in the WAL, and the next open of the shard on this engine's directory seals them
-// at its first evaluation.
+// at its first evaluation. A part whose commit had an unknown outcome is settled
+// first, and if it was committed, copied: the next owner would not know to.
 func (s *Shard) Retire(ctx context.Context) error {
 	if !s.stopIntake() {
 		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
 	}
-	defer s.cfg.OnClose()
-	s.cfg.Sealer.Remove(s.id, false)
+	defer s.closed()
+	s.cfg.Sealer.Remove(s.id, true)
+	if s.doubts.Len() > 0 && s.job().Settle(ctx) == nil {
+		s.waitUploads(ctx)
+	}
 	if err := s.cfg.Owner.Release(ctx); err != nil {
 		return fmt.Errorf("shard %q: retire: %w", s.id, err)
 	}
