@@ -245,6 +245,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		Log: e.log, Owner: owner, Replicas: e.set, Sealer: e.sealer,
 		AfterCommit: func(p manifest.Part, file string) bool { return e.afterCommit(id, p, file) },
 		Uploading:   func() bool { return e.uploader.Busy(id) },
+		UploadWait:  e.opts.Lease.Duration,
 		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
 		Observer: e.metrics, Now: e.opts.Now,

@@ -197,6 +197,15 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 		if curVer != "" && !newer(m, cur) {
 			return m.Seq, curVer, nil // ours, or a newer owner's: never move it back
 		}
+		if curVer != "" && cur.Epoch == m.Epoch && cur.Owner != m.Owner {
+			// Two owners took the same epoch: the replica was used as an authority
+			// of its own (a cold open from it alone) while this one lived. Neither
+			// history is older; overwriting would drop what the other committed.
+			// No version is kept: the next attempt must read the replica again, not
+			// swap on the other history's version.
+			return 0, "", fmt.Errorf("manifest %s: copy to %s: %q holds epoch %d there, %q here: %w",
+				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, m.Owner, ErrDiverged)
+		}
 		ver = curVer
 	}
 	return 0, "", fmt.Errorf("manifest %s: copy to %s: %d conflicting writes", m.Shard, c.b.Name(), maxConflicts)
@@ -225,6 +234,9 @@ func (c *copier) wait(ctx context.Context, shard string, seq uint64) error {
 		c.mu.Lock()
 		err := st.err
 		c.mu.Unlock()
+		if errors.Is(err, ErrDiverged) {
+			return err // no retry can land it
+		}
 		if err != nil {
 			if failed++; failed == waitAttempts {
 				return err

@@ -47,6 +47,10 @@ var (
 	// the owner reloads).
 	ErrUnknownOutcome = errors.New("manifest: write outcome unknown")
 
+	// ErrDiverged reports a replica whose manifest another owner wrote at the same
+	// epoch: the shard had two authorities, and the copy leaves the replica as it is.
+	ErrDiverged = errors.New("manifest: histories diverged")
+
 	errAlreadyDone = errors.New("manifest: already done")
 )
 

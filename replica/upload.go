@@ -83,6 +83,11 @@ type Options struct {
 	// copies, and the publishes do not contend with the copies. Default 1 s; a
 	// negative value records each copy at once.
 	BackfillRecordDelay time.Duration
+	// AttemptTimeout bounds one attempt at reading a part's source, copying it to
+	// a replica or recording the copy, so that a replica that never answers fails
+	// the job after its attempts instead of holding it, and the shard's Close that
+	// waits for it, forever. Default 2 min.
+	AttemptTimeout time.Duration
 }
 
 func (o *Options) ensureDefaults() {
@@ -106,6 +111,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.BackfillRecordDelay == 0 {
 		o.BackfillRecordDelay = time.Second
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = 2 * time.Minute
 	}
 }
 
@@ -357,8 +365,8 @@ func (u *Uploader) run(j Job) {
 		src     *os.File
 		cleanup func()
 	)
-	if err := u.retry(func() (err error) {
-		src, cleanup, err = u.open(j)
+	if err := u.retry(func(ctx context.Context) (err error) {
+		src, cleanup, err = u.open(ctx, j)
 		return err
 	}); err != nil {
 		u.copyingEnded(j)
@@ -368,7 +376,7 @@ func (u *Uploader) run(j Job) {
 	defer cleanup()
 	for _, target := range j.Targets {
 		var made bool
-		if err := u.retry(func() (err error) { made, err = u.copyTo(j, src, target); return err }); err != nil {
+		if err := u.retry(func(ctx context.Context) (err error) { made, err = u.copyTo(ctx, j, src, target); return err }); err != nil {
 			fail(err)
 			continue
 		}
@@ -385,7 +393,7 @@ func (u *Uploader) run(j Job) {
 		}
 		records.Go(func() {
 			u.settle(j)
-			if err := u.retry(func() error { return u.record(u.ctx, j, target) }); err != nil {
+			if err := u.retry(func(ctx context.Context) error { return u.record(ctx, j, target) }); err != nil {
 				fail(fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
 			}
 		})
@@ -415,11 +423,14 @@ func (u *Uploader) finish(j Job, err error) error {
 	return nil
 }
 
-func (u *Uploader) retry(f func() error) error {
+func (u *Uploader) retry(f func(ctx context.Context) error) error {
 	wait := u.opts.BackoffMin
 	var err error
 	for attempt := 0; attempt < u.opts.Attempts; attempt++ {
-		if err = f(); err == nil || u.ctx.Err() != nil {
+		ctx, cancel := context.WithTimeout(u.ctx, u.opts.AttemptTimeout)
+		err = f(ctx)
+		cancel()
+		if err == nil || u.ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -435,7 +446,7 @@ func (u *Uploader) retry(f func() error) error {
 // copyTo puts j's part, src (opened and checked by open), on target, and reports
 // whether it wrote it. An object already there counts as the copy (a re-driven
 // upload re-states it) if its size matches.
-func (u *Uploader) copyTo(j Job, src *os.File, target string) (made bool, err error) {
+func (u *Uploader) copyTo(ctx context.Context, j Job, src *os.File, target string) (made bool, err error) {
 	dst, ok := u.set.Get(target)
 	if !ok {
 		return false, fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
@@ -443,12 +454,12 @@ func (u *Uploader) copyTo(j Job, src *os.File, target string) (made bool, err er
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return false, err
 	}
-	_, created, err := dst.Bucket.PutIfAbsent(u.ctx, j.Key, src)
+	_, created, err := dst.Bucket.PutIfAbsent(ctx, j.Key, src)
 	if err != nil {
 		return false, fmt.Errorf("replica: upload %s to %s: %w", j.Key, target, err)
 	}
 	if !created {
-		a, err := dst.Bucket.Attributes(u.ctx, j.Key)
+		a, err := dst.Bucket.Attributes(ctx, j.Key)
 		if err != nil {
 			return false, fmt.Errorf("replica: upload %s to %s: an object is there: %w", j.Key, target, err)
 		}
@@ -460,7 +471,7 @@ func (u *Uploader) copyTo(j Job, src *os.File, target string) (made bool, err er
 }
 
 // open returns the part as a verified local file.
-func (u *Uploader) open(j Job) (*os.File, func(), error) {
+func (u *Uploader) open(ctx context.Context, j Job) (*os.File, func(), error) {
 	if j.Source.LocalFile != "" {
 		f, err := os.Open(j.Source.LocalFile)
 		if err != nil {
@@ -480,7 +491,7 @@ func (u *Uploader) open(j Job) (*os.File, func(), error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("replica: upload %s: no source replica %q", j.Key, j.Source.Replica)
 	}
-	r, err := src.Bucket.NewRangeReader(u.ctx, j.Source.Key, 0, -1)
+	r, err := src.Bucket.NewRangeReader(ctx, j.Source.Key, 0, -1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
 	}

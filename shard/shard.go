@@ -73,6 +73,11 @@ type Config struct {
 	// Uploading, if set, reports whether copies of the shard's parts are queued or
 	// running; Close waits for them before it releases the lease.
 	Uploading func() bool
+	// UploadWait bounds how long Close (and Retire, for a part it settled) waits
+	// for those copies before it releases anyway: the parts are durable on the
+	// first replica, and a copy that outlives the wait stays unrecorded until a
+	// backfill. Zero means no bound but the context's.
+	UploadWait time.Duration
 	// PartsDir holds part files while they are written.
 	PartsDir      string
 	BlockSize     int           // part block size; 0 means the default
@@ -177,7 +182,7 @@ func (s *Shard) Close(ctx context.Context) error {
 			break
 		}
 	}
-	if err := s.waitUploads(ctx); err != nil {
+	if err := s.waitUploads(ctx); err != nil && ctx.Err() != nil {
 		return fmt.Errorf("shard %q: close: %w", s.id, err)
 	}
 	if err := s.cfg.Owner.Release(ctx); err != nil {
@@ -191,9 +196,16 @@ func (s *Shard) Close(ctx context.Context) error {
 	return nil
 }
 
-// waitUploads waits for the copies of the shard's parts: they record their
-// locations through this owner, so they must finish before it releases.
+// waitUploads waits for the copies of the shard's parts, at most UploadWait: they
+// record their locations through this owner, so they should finish before it
+// releases; but a replica that hangs must not hold the shard, and its lease, for
+// as long as the uploader keeps trying.
 func (s *Shard) waitUploads(ctx context.Context) error {
+	if s.cfg.UploadWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.UploadWait)
+		defer cancel()
+	}
 	for s.cfg.Uploading != nil && s.cfg.Uploading() {
 		select {
 		case <-ctx.Done():
