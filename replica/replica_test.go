@@ -327,3 +327,24 @@ func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
 		t.Fatalf("the fast copy was recorded after %v, waiting for the slow one (%v)", recorded["fast"], recorded["slow"])
 	}
 }
+
+// TestAnUploadToAReplicaThatNeverAnswersFailsAfterItsAttempts: every attempt has
+// a timeout, so a black-holed replica fails the job instead of holding it (and
+// whatever waits for it) until the uploader closes.
+func TestAnUploadToAReplicaThatNeverAnswersFailsAfterItsAttempts(t *testing.T) {
+	ctx := context.Background()
+	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Latency: time.Hour})
+	s, _ := NewSet([]Spec{{"a", "d1", bucket(t, "a", nil)}, {"b", "d2", bucket(t, "b", fd)}}, "")
+	path, info := writePart(t, 20)
+	u := NewUploader(s, Options{Attempts: 2, BackoffMin: time.Millisecond, AttemptTimeout: 50 * time.Millisecond}, (&recorder{}).record)
+	defer u.Close()
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now()})
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := u.Flush(fctx); err != nil {
+		t.Fatalf("the job is still held by a replica that never answers: %v", err)
+	}
+	if st := u.Stats(); st.UploadFailures != 1 {
+		t.Fatalf("stats %+v, want the job failed", st)
+	}
+}
