@@ -137,7 +137,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		opts: opts, log: log, set: set,
-		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger}, set.Authority().Bucket, set.Others()...),
+		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
 		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.mu.shards = make(map[string]*shard.Shard)
@@ -379,7 +379,25 @@ func (e *Engine) renewLeases() {
 	}
 }
 
-// renewConcurrency bounds the lease renewals in flight.
+// waitShardsGone waits until every shard has closed or retired.
+func (e *Engine) waitShardsGone(ctx context.Context) error {
+	for {
+		e.mu.Lock()
+		n := len(e.mu.shards)
+		e.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("engine: close: %d shards still closing: %w", n, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// renewConcurrency bounds the lease renewals (and the retirements at Close) in
+// flight.
 const renewConcurrency = 32
 
 // Close retires every shard still open (each stops intake, waits for its appends in
@@ -396,17 +414,37 @@ func (e *Engine) Close() error {
 	e.mu.closed = true
 	e.mu.Unlock()
 
-	// One deadline for all: after a lease's duration the leases have run out anyway.
-	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease.Duration)
-	defer cancel()
-	var errs []error
-	for _, sh := range e.openShards() {
-		if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
+	// Renewals stop first, so that one deadline bounds everything: after a lease's
+	// duration, a lease whose release failed has run out.
 	close(e.stop)
 	<-e.done
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease.Duration)
+	defer cancel()
+	var (
+		errs []error
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, renewConcurrency)
+	)
+	// The shards retire together: one after another, a thousand shards' releases
+	// outran the deadline and left the last ones leased.
+	for _, sh := range e.openShards() {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// A Shard.Close the caller started is still sealing, uploading or releasing:
+	// the uploader and the copies it needs stay up until it ends.
+	if err := e.waitShardsGone(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	e.sealer.Close()
 	e.uploader.Close()
 	// The releases' copies go out before the engine stops copying (within the same

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -187,24 +188,29 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 		}
 		// Anything but a precondition failure may still have landed (a lost reply):
 		// reading back tells, as a conflict does.
-		cur, curVer, lerr := load(ctx, c.b, m.Shard)
+		cur, curVer, raw, lerr := loadRaw(ctx, c.b, m.Shard)
 		if lerr != nil {
 			return 0, "", fmt.Errorf("manifest %s: copy to %s: %w", m.Shard, c.b.Name(), errors.Join(err, lerr))
 		}
 		if !errors.Is(err, substrate.ErrPreconditionFailed) && curVer == ver {
 			return 0, ver, fmt.Errorf("manifest %s: copy to %s: %w", m.Shard, c.b.Name(), err)
 		}
-		if curVer != "" && !newer(m, cur) {
-			return m.Seq, curVer, nil // ours, or a newer owner's: never move it back
-		}
-		if curVer != "" && cur.Epoch == m.Epoch && cur.Owner != m.Owner {
-			// Two owners took the same epoch: the replica was used as an authority
-			// of its own (a cold open from it alone) while this one lived. Neither
-			// history is older; overwriting would drop what the other committed.
-			// No version is kept: the next attempt must read the replica again, not
-			// swap on the other history's version.
-			return 0, "", fmt.Errorf("manifest %s: copy to %s: %q holds epoch %d there, %q here: %w",
-				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, m.Owner, ErrDiverged)
+		switch {
+		case curVer == "":
+		case cur.Epoch == m.Epoch && cur.Seq == m.Seq && bytes.Equal(raw, data):
+			return m.Seq, curVer, nil // ours
+		case cur.descends(m):
+			// A newer manifest of this history (or of one that took over from it
+			// after m) holds the replica: never move it back. Its version is not
+			// kept: the next copy must read what is there again.
+			return m.Seq, "", nil
+		case !m.descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner:
+			// The replica holds a history that is not m's past: it was used as an
+			// authority of its own (a cold open from it alone) while this one
+			// lived. Neither is older; overwriting would drop what the other
+			// committed. No version is kept, so no later copy swaps on it.
+			return 0, "", fmt.Errorf("manifest %s: copy to %s: %q holds epoch %d seq %d of %q there, %q epoch %d seq %d of %q here: %w",
+				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, cur.Seq, cur.Authority, m.Owner, m.Epoch, m.Seq, m.Authority, ErrDiverged)
 		}
 		ver = curVer
 	}
@@ -220,9 +226,13 @@ func (c *copier) wait(ctx context.Context, shard string, seq uint64) error {
 	for {
 		c.mu.Lock()
 		st, ok := c.mu.shards[shard]
-		if !ok || st.landed >= seq || c.mu.closed {
+		if !ok || st.landed >= seq {
 			c.mu.Unlock()
 			return nil
+		}
+		if c.mu.closed {
+			c.mu.Unlock()
+			return fmt.Errorf("manifest %s: the copy to %s was dropped: %w", shard, c.b.Name(), ErrClosed)
 		}
 		ch := st.changed
 		c.mu.Unlock()

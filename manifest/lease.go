@@ -112,6 +112,12 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 			}
 		}
 		prev := m.Clone()
+		if a := store.authorityName(); m.Authority != a {
+			if m.Authority != "" {
+				m.Fork = &Fork{Authority: m.Authority, Epoch: m.Epoch, Seq: m.Seq}
+			}
+			m.Authority = a
+		}
 		m.Epoch++
 		m.Seq++
 		m.Owner, m.Released = instance, false

@@ -51,6 +51,9 @@ var (
 	// epoch: the shard had two authorities, and the copy leaves the replica as it is.
 	ErrDiverged = errors.New("manifest: histories diverged")
 
+	// ErrClosed reports a wait for a copy that the Store's Close dropped.
+	ErrClosed = errors.New("manifest: store closed")
+
 	errAlreadyDone = errors.New("manifest: already done")
 )
 
@@ -76,6 +79,14 @@ type Manifest struct {
 	// never share bytes (an S3 ETag, a content hash, cannot come back), and a copy
 	// can tell an older manifest from a newer one.
 	Seq uint64 `json:"seq"`
+	// Authority names the replica whose copy fenced the publish: epochs and
+	// sequences order manifests only among those of one authority. Fork, if set,
+	// is where this authority's history took over from another's (a cold open
+	// from a replica alone makes it an authority of its own): the other's
+	// manifests up to that point are this one's past. Empty in manifests written
+	// before authorities were recorded.
+	Authority string `json:"authority,omitempty"`
+	Fork      *Fork  `json:"fork,omitempty"`
 	// Owner is the instance that took Epoch. Its lease ends at LeaseExpiry, by its
 	// own clock, or when it is Released; the owner stays named after a release, so
 	// the next owner knows whose unsealed pages follow the sealed watermark.
@@ -86,6 +97,27 @@ type Manifest struct {
 	// and the WAL holds nothing below it.
 	Sealed uint64 `json:"sealed"`
 	Parts  []Part `json:"parts"`
+}
+
+// Fork is the manifest of another authority's history that a takeover started
+// from.
+type Fork struct {
+	Authority string `json:"authority"`
+	Epoch     uint64 `json:"epoch"`
+	Seq       uint64 `json:"seq"`
+}
+
+// descends reports whether m's history includes a: a is of m's authority (or of
+// none recorded) and not newer, or of the authority m forked from, at or before
+// the fork.
+func (m Manifest) descends(a Manifest) bool {
+	switch {
+	case a.Authority == m.Authority || a.Authority == "" || m.Authority == "":
+		return !newer(a, m)
+	case m.Fork != nil && m.Fork.Authority == a.Authority:
+		return !newer(a, Manifest{Epoch: m.Fork.Epoch, Seq: m.Fork.Seq})
+	}
+	return false
 }
 
 // Part is one sealed part.
@@ -109,6 +141,10 @@ func (p Part) Next() uint64 { return p.First + p.Count }
 
 // Clone returns a deep copy.
 func (m Manifest) Clone() Manifest {
+	if m.Fork != nil {
+		f := *m.Fork
+		m.Fork = &f
+	}
 	m.Parts = slices.Clone(m.Parts)
 	for i := range m.Parts {
 		m.Parts[i].Replicas = slices.Clone(m.Parts[i].Replicas)

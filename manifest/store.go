@@ -30,8 +30,11 @@ func PartKey(shard string, first, next, epoch uint64, nonce string) string {
 // use; Close stops the copies.
 type Store struct {
 	authority *substrate.Bucket
+	name      string // the authority's, in the manifests
 	copies    []*copier
 }
+
+func (s *Store) authorityName() string { return s.name }
 
 // StoreOptions configure a Store. The zero value of each field means its default.
 type StoreOptions struct {
@@ -40,6 +43,10 @@ type StoreOptions struct {
 	// CopyTimeout bounds one attempt at copying a manifest to a substrate. A copy
 	// that fails is tried again a second later while the Store is open. Default 10 s.
 	CopyTimeout time.Duration
+	// AuthorityName names the authority in the manifests it fences, the same name
+	// on every engine (as the replicas in a part's locations). Default the
+	// authority Bucket's name.
+	AuthorityName string
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -61,7 +68,10 @@ func NewStore(authority *substrate.Bucket, copies ...*substrate.Bucket) *Store {
 // NewStoreWithOptions is NewStore with options.
 func NewStoreWithOptions(opts StoreOptions, authority *substrate.Bucket, copies ...*substrate.Bucket) *Store {
 	opts.EnsureDefaults()
-	s := &Store{authority: authority}
+	if opts.AuthorityName == "" {
+		opts.AuthorityName = authority.Name()
+	}
+	s := &Store{authority: authority, name: opts.AuthorityName}
 	for _, b := range copies {
 		s.copies = append(s.copies, newCopier(b, opts))
 	}
