@@ -168,7 +168,7 @@ func TestAReplicaAheadInAnotherHistoryIsReportedDiverged(t *testing.T) {
 // guarantee "a replica that holds another owner's manifest of the same epoch was
 // used as an authority of its own ... the copy leaves the replica as it is
 // (ErrDiverged)" (DESIGN 7). This is also why
-// TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch fails now and then
+// TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch used to fail now and then
 // ("A's copy to b: <nil>, want ErrDiverged": about 1 run in 50 with -count=200).
 //
 // copier.copy checks "!newer(m, cur)" before the same-epoch-different-owner check,
