@@ -324,6 +324,11 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (ow
 	// What is left is ours: drop what the manifest says is sealed (a seal that
 	// committed and did not truncate), keep the rest as the backlog.
 	if _, err := e.log.Adopt(id, owner.Epoch(), prev.Sealed, true); err != nil {
+		// The takeover landed: give the lease back, or it holds the shard from
+		// everyone until it runs out.
+		if rerr := owner.Release(ctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 	}
 	return owner, e.log.Info(id).Pages > 0, nil
@@ -379,11 +384,12 @@ func (e *Engine) renewLeases() {
 	}
 }
 
-// waitShardsGone waits until every shard has closed or retired.
+// waitShardsGone waits until every shard has closed or retired, and no open is in
+// progress (one that lands now finds the engine closed and releases).
 func (e *Engine) waitShardsGone(ctx context.Context) error {
 	for {
 		e.mu.Lock()
-		n := len(e.mu.shards)
+		n := len(e.mu.shards) + len(e.mu.opening)
 		e.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -440,8 +446,9 @@ func (e *Engine) Close() error {
 		})
 	}
 	wg.Wait()
-	// A Shard.Close the caller started is still sealing, uploading or releasing:
-	// the uploader and the copies it needs stay up until it ends.
+	// A Shard.Close the caller started may still be sealing, uploading or
+	// releasing, and an OpenShard taking a lease: the WAL, the uploader and the
+	// copies they need stay up until they end.
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}

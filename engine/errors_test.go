@@ -100,6 +100,9 @@ func TestEveryAppendErrorSaysWhetherRecordsMayHaveBeenWritten(t *testing.T) {
 
 	// The lease runs out while the sync is in flight: the page is in the WAL, so
 	// the records may become history; the caller must not take it as a refusal.
+	// The reopened shard inherits the record appended first; its seal would
+	// commit, and renew the lease, while the sync is held.
+	e.sealer.Pause("s", true)
 	sh = openShard(t, e, "s")
 	held.held.Store(true)
 	result := make(chan error, 1)

@@ -204,14 +204,14 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 			// after m) holds the replica: never move it back. Its version is not
 			// kept: the next copy must read what is there again.
 			return m.Seq, "", nil
-		case (!m.descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner) && !partsPrefix(cur.Parts, m.Parts):
+		case (!m.descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner) && !(cur.Released && partsPrefix(cur.Parts, m.Parts)):
 			// The replica holds a history that is not m's past: it was used as an
 			// authority of its own (a cold open from it alone) while this one
-			// lived, and committed parts that m lacks. Neither is older;
-			// overwriting would drop them. (A history that committed nothing of
-			// its own, such as a cold read, loses nothing: m overwrites it, and
-			// an owner still on it is fenced at its next write.) No version is
-			// kept, so no later copy swaps on it.
+			// lived. Neither is older; overwriting would drop what it committed,
+			// or, while its owner holds the lease, what it acknowledged and has
+			// not sealed. (A released history that committed nothing of its own,
+			// such as a cold read's, loses nothing: m overwrites it.) No version
+			// is kept, so no later copy swaps on it.
 			return 0, "", fmt.Errorf("manifest %s: copy to %s: %q holds epoch %d seq %d of %q there, %q epoch %d seq %d of %q here: %w",
 				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, cur.Seq, cur.Authority, m.Owner, m.Epoch, m.Seq, m.Authority, ErrDiverged)
 		}

@@ -113,7 +113,7 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		}
 		prev := m.Clone()
 		if a := store.authorityName(); m.Authority != a {
-			if m.Authority != "" {
+			if m.Epoch > 0 { // not a new shard: its history so far is another's, or unnamed
 				m.Fork = &Fork{Authority: m.Authority, Epoch: m.Epoch, Seq: m.Seq}
 			}
 			m.Authority = a

@@ -102,7 +102,7 @@ type Manifest struct {
 // Fork is the manifest of another authority's history that a takeover started
 // from.
 type Fork struct {
-	Authority string `json:"authority"`
+	Authority string `json:"authority"` // empty: a manifest that named none
 	Epoch     uint64 `json:"epoch"`
 	Seq       uint64 `json:"seq"`
 }
@@ -112,9 +112,11 @@ type Fork struct {
 // the fork.
 func (m Manifest) descends(a Manifest) bool {
 	switch {
-	case a.Authority == m.Authority || a.Authority == "" || m.Authority == "":
+	case a.Authority == m.Authority || m.Authority == "":
 		return !newer(a, m)
 	case m.Fork != nil && m.Fork.Authority == a.Authority:
+		// Of the history m took over from (a manifest that named no authority,
+		// written before they were recorded, included): only up to the fork.
 		return !newer(a, Manifest{Epoch: m.Fork.Epoch, Seq: m.Fork.Seq})
 	}
 	return false

@@ -166,7 +166,9 @@ func (s *Shard) stopIntake() bool {
 // appends in flight, seals everything still unsealed, and releases the lease, so the
 // next owner takes the shard over at once with nothing to seal. If a seal fails the
 // lease is kept (it runs out on its own, and an open on this engine's directory
-// seals the rest) and the error returned. Closing twice returns ErrClosed.
+// seals the rest) and the error returned. A nil error also means every replica
+// holds the release; an error after the release says which did not (the lease is
+// released all the same). Closing twice returns ErrClosed.
 func (s *Shard) Close(ctx context.Context) error {
 	if !s.stopIntake() {
 		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
@@ -190,9 +192,10 @@ func (s *Shard) Close(ctx context.Context) error {
 	}
 	// The handover is complete when every replica shows the release, so that a
 	// cold open from any of them starts where this owner stopped. A replica that
-	// cannot take the copy now is logged by the store and brought up to date by
-	// the next owner's publishes; it does not undo the release.
-	s.cfg.Owner.WaitCopies(ctx)
+	// cannot take the copy does not undo the release, but Close says so.
+	if err := s.cfg.Owner.WaitCopies(ctx); err != nil {
+		return fmt.Errorf("shard %q: close: released, but not on every replica: %w", s.id, err)
+	}
 	return nil
 }
 
