@@ -68,6 +68,9 @@ type Engine struct {
 	partsDir string
 	metrics  *metrics
 	stop     chan struct{}
+	// closing is cancelled when Close begins: takeovers in progress end.
+	closing       context.Context
+	cancelClosing context.CancelFunc
 	done     chan struct{}
 
 	mu struct {
@@ -140,6 +143,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
 		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	e.closing, e.cancelClosing = context.WithCancel(context.Background())
 	e.mu.shards = make(map[string]*shard.Shard)
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
@@ -231,14 +235,23 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		e.mu.Unlock()
 	}()
 
-	owner, armed, err := e.takeOver(ctx, id, opts)
+	// Close ends a takeover in progress (one waiting for a lease, say) at once.
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(e.closing, cancel)()
+	owner, armed, err := e.takeOver(tctx, id, opts)
 	if err != nil {
+		if e.closing.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+		}
 		return nil, err
 	}
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		owner.Release(ctx)
+		if err := releaseOwner(ctx, owner, e.log.Info(id).Pages > 0); err != nil {
+			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
+		}
 		return nil, ErrClosed
 	}
 	sh, err := shard.Open(id, shard.Config{
@@ -326,12 +339,21 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (ow
 	if _, err := e.log.Adopt(id, owner.Epoch(), prev.Sealed, true); err != nil {
 		// The takeover landed: give the lease back, or it holds the shard from
 		// everyone until it runs out.
-		if rerr := owner.Release(ctx); rerr != nil {
+		if rerr := releaseOwner(ctx, owner, true); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 	}
 	return owner, e.log.Info(id).Pages > 0, nil
+}
+
+// releaseOwner gives a lease back, saying whether records past the sealed
+// watermark stay in this WAL.
+func releaseOwner(ctx context.Context, o *manifest.Owner, backlog bool) error {
+	if backlog {
+		return o.ReleaseWithBacklog(ctx)
+	}
+	return o.Release(ctx)
 }
 
 // forget drops a closed shard, so it can be opened again.
@@ -418,6 +440,7 @@ func (e *Engine) Close() error {
 		return ErrClosed
 	}
 	e.mu.closed = true
+	e.cancelClosing()
 	e.mu.Unlock()
 
 	// Renewals stop first, so that one deadline bounds everything: after a lease's

@@ -204,14 +204,15 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 			// after m) holds the replica: never move it back. Its version is not
 			// kept: the next copy must read what is there again.
 			return m.Seq, "", nil
-		case (!m.descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner) && !(cur.Released && partsPrefix(cur.Parts, m.Parts)):
+		case (!m.descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner) && !(cur.Released && !cur.Backlog && cur.Epoch <= m.Epoch && partsPrefix(cur.Parts, m.Parts)):
 			// The replica holds a history that is not m's past: it was used as an
 			// authority of its own (a cold open from it alone) while this one
 			// lived. Neither is older; overwriting would drop what it committed,
-			// or, while its owner holds the lease, what it acknowledged and has
-			// not sealed. (A released history that committed nothing of its own,
-			// such as a cold read's, loses nothing: m overwrites it.) No version
-			// is kept, so no later copy swaps on it.
+			// or what it acknowledged and has not sealed (while its owner holds
+			// the lease, or after a release with a backlog), or the epochs it
+			// took (its owner's WAL knows them). A released history that left
+			// nothing of its own behind, such as a cold read's, loses nothing:
+			// m overwrites it. No version is kept, so no later copy swaps on it.
 			return 0, "", fmt.Errorf("manifest %s: copy to %s: %q holds epoch %d seq %d of %q there, %q epoch %d seq %d of %q here: %w",
 				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, cur.Seq, cur.Authority, m.Owner, m.Epoch, m.Seq, m.Authority, ErrDiverged)
 		}

@@ -120,7 +120,7 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 		}
 		m.Epoch++
 		m.Seq++
-		m.Owner, m.Released = instance, false
+		m.Owner, m.Released, m.Backlog = instance, false, false
 		m.LeaseExpiry = now.Add(opts.Duration)
 		if before != nil {
 			if err := before(prev, m.Epoch); err != nil {
@@ -277,9 +277,16 @@ const maxConflicts = 8
 
 // Release gives the lease up, so the next Acquire takes over at once. Every later
 // call fails with ErrReleased.
-func (o *Owner) Release(ctx context.Context) error {
+func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false) }
+
+// ReleaseWithBacklog is Release by an owner that leaves records past the sealed
+// watermark in its WAL; the manifest says so (Backlog), so that no copy takes
+// the released history for one that lost nothing.
+func (o *Owner) ReleaseWithBacklog(ctx context.Context) error { return o.release(ctx, true) }
+
+func (o *Owner) release(ctx context.Context, backlog bool) error {
 	err := o.update(ctx, func(m *Manifest) error {
-		m.Released, m.LeaseExpiry = true, time.Time{}
+		m.Released, m.Backlog, m.LeaseExpiry = true, backlog, time.Time{}
 		return nil
 	})
 	if err == nil {

@@ -93,6 +93,10 @@ type Manifest struct {
 	Owner       string    `json:"owner,omitempty"`
 	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
 	Released    bool      `json:"released,omitempty"`
+	// Backlog says that the owner released the lease with records past the
+	// sealed watermark left in its WAL (a lag move): only an open on its Dir
+	// can seal them.
+	Backlog bool `json:"backlog,omitempty"`
 	// Sealed is the offset after the last sealed record: the next part starts there,
 	// and the WAL holds nothing below it.
 	Sealed uint64 `json:"sealed"`
@@ -112,7 +116,9 @@ type Fork struct {
 // the fork.
 func (m Manifest) descends(a Manifest) bool {
 	switch {
-	case a.Authority == m.Authority || m.Authority == "":
+	case m.Authority == "": // written before authorities were recorded
+		return a.Authority == "" && !newer(a, m)
+	case a.Authority == m.Authority:
 		return !newer(a, m)
 	case m.Fork != nil && m.Fork.Authority == a.Authority:
 		// Of the history m took over from (a manifest that named no authority,

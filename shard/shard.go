@@ -243,7 +243,11 @@ func (s *Shard) Retire(ctx context.Context) error {
 	if s.doubts.Len() > 0 && s.job().Settle(ctx) == nil {
 		s.waitUploads(ctx)
 	}
-	if err := s.cfg.Owner.Release(ctx); err != nil {
+	release := s.cfg.Owner.Release
+	if s.cfg.Log.Info(s.id).Pages > 0 {
+		release = s.cfg.Owner.ReleaseWithBacklog // the next owner must know it cannot read them
+	}
+	if err := release(ctx); err != nil {
 		return fmt.Errorf("shard %q: retire: %w", s.id, err)
 	}
 	return nil
