@@ -71,7 +71,7 @@ type Engine struct {
 	// closing is cancelled when Close begins: takeovers in progress end.
 	closing       context.Context
 	cancelClosing context.CancelFunc
-	done     chan struct{}
+	done          chan struct{}
 
 	mu struct {
 		sync.Mutex

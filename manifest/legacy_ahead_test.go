@@ -17,7 +17,7 @@ import (
 // every replica (and returns an error saying which did not)" (DESIGN 7).
 //
 // copier.copy asks cur.descends(m) first. With cur a legacy manifest (Authority
-// ""), descends' first case is "a.Authority == m.Authority || m.Authority == ''"
+// ""), descends' first case is "a.Authority == m.Authority || m.Authority == ”"
 // with the receiver cur as m: a receiver that names no authority compares by
 // (epoch, seq) alone, so any upgraded manifest whose epoch is at or below the
 // legacy copy's counts as "a newer manifest of this history holds the replica":
