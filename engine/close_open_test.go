@@ -16,7 +16,7 @@ import (
 
 // TestAnOpenShardRacingEngineCloseLeavesNoLease: guarantee "Engine.Close retires
 // every shard still open (each ... releases its lease ...)" (engine.Close's doc;
-// DESIGN 7: Engine.Close "retires its shards together"), and OpenShard's own
+// Engine.Close "retires its shards together"), and OpenShard's own
 // "if the engine closed meanwhile, release" path (it calls owner.Release when it
 // finds e.mu.closed after the takeover).
 //
@@ -72,7 +72,7 @@ func TestAnOpenShardRacingEngineCloseLeavesNoLease(t *testing.T) {
 // TestAShardCloseOutlastingEngineCloseNeverReportsAHandoverItDropped: guarantee
 // "Shard.Close waits for its release to reach every replica ... so a cold open
 // from any of them starts where this owner stopped" and "a wait for a copy that
-// Close dropped is an error, not a success" (DESIGN 7); the round-3 regression
+// Close dropped is an error, not a success"; the earlier regression
 // TestAShardCloseRacingEngineCloseCompletesItsHandover asserts exactly that a nil
 // Shard.Close means every replica holds the release.
 //

@@ -18,7 +18,7 @@ import (
 // TestEngineCloseReleasesEveryShardWithinItsDeadline: guarantee
 // "Engine.Close retires every shard still open (each ... releases its lease
 // without sealing: the next open on this Dir seals the pages)" (engine.Close's
-// doc; DESIGN 8 "Engine.Close retires the shards still open"), and the lease's
+// doc: "Engine.Close retires the shards still open"), and the lease's
 // liveness: a shard whose owner closed is taken over at once.
 //
 // Engine.Close retires the shards one after another under one deadline of
@@ -83,7 +83,7 @@ func firstLine(err error) string {
 // TestAShardCloseRacingEngineCloseCompletesItsHandover:
 // guarantee "After the release it waits, within its context, until every replica
 // holds the released manifest, so a cold open from any of them starts where this
-// owner stopped" (DESIGN 8, Close and Retire) — Shard.Close returning nil means
+// owner stopped" (Close and Retire) — Shard.Close returning nil means
 // the handover reached every replica.
 //
 // Engine.Close skips a shard whose Close is in progress (Retire: ErrClosed,

@@ -12,10 +12,10 @@ import (
 
 // TestEngineCloseEndsAnOpenWaitingForALease: guarantees "Engine.Close ...
 // waits for any Shard.Close or OpenShard still running" and "one deadline bounds
-// everything" (DESIGN 7; engine.Close), and Close's doc "Later calls fail with
+// everything" (engine.Close), and Close's doc "Later calls fail with
 // ErrClosed".
 //
-// waitShardsGone (3c5aad0) now counts e.mu.opening, but nothing tells an open in
+// waitShardsGone now counts e.mu.opening, but nothing tells an open in
 // progress that the engine is closing: an OpenShard(WaitForLease) of a shard
 // another live instance holds sleeps in manifest.Acquire on the caller's
 // context. Engine.Close waits its whole deadline (one lease) for it, gives up

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
@@ -352,4 +353,12 @@ func TestConcurrentAppendsAreOrderedPerShardAndShareFsyncs(t *testing.T) {
 		t.Fatalf("%d fsyncs for %d concurrent appends: no group commit", m.WALFsyncs, m.Appends)
 	}
 	t.Logf("%d appends, %d fsyncs", m.Appends, m.WALFsyncs)
+}
+
+// replicated returns the options of an engine on a new Dir whose replicas are a,
+// its authority, and b, in two domains.
+func replicated(t *testing.T, a, b *substrate.Bucket) Options {
+	return Options{Dir: t.TempDir(), Replicas: []replica.Spec{
+		{Name: "a", Domain: "d1", Bucket: a}, {Name: "b", Domain: "d2", Bucket: b}},
+		Authority: "a", Seal: quietSealOptions()}
 }

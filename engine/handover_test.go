@@ -15,7 +15,7 @@ import (
 )
 
 // TestCloseWaitsOutAReplicaBlipForItsRelease: guarantee "Close
-// of a shard waits for its release copy within its ctx" (DESIGN 8: "After the
+// of a shard waits for its release copy within its ctx" ("After the
 // release it waits, within its context, until every replica holds the released
 // manifest, so a cold open from any of them starts where this owner stopped"), and
 // Engine.Close "gives the releases' copies its deadline before it stops copying".
@@ -132,7 +132,7 @@ func TestAPartInDoubtIsSettledAndCopiedWhenItsShardRetires(t *testing.T) {
 }
 
 // TestACloseIsNotHeldForeverByAReplicaThatHangs: guarantees "a replica that stays
-// down does not hold [the handover] forever" (DESIGN 7) and the lease's liveness:
+// down does not hold [the handover] forever" and the lease's liveness:
 // a shard whose owner stopped serving it is taken over within a lease.
 //
 // The part uploader's attempts used to be bounded by nothing but Engine.Close, and

@@ -13,7 +13,7 @@ import (
 
 // TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch: guarantee "a copy
 // never moves a replica back" and "a cold open from any one replica alone ...
-// recovers every part that replica holds" (DESIGN 7, 9).
+// recovers every part that replica holds".
 //
 // Ordering manifests by (epoch, seq) alone is total only
 // within one authority's lineage: epochs are unique per owner only because every

@@ -14,7 +14,7 @@ import (
 // takeover on an upgraded engine records it as its fork point, so an old
 // manifest ahead of it is another history too. Otherwise the histories
 // diverged ... (ErrDiverged)" and "Shard.Close waits for its release to reach
-// every replica (and returns an error saying which did not)" (DESIGN 7).
+// every replica (and returns an error saying which did not)".
 //
 // copier.copy asks cur.descends(m) first. With cur a legacy manifest (Authority
 // ""), descends' first case is "a.Authority == m.Authority || m.Authority == ”"

@@ -24,7 +24,7 @@ func putManifest(t *testing.T, b *substrate.Bucket, m Manifest) {
 // TestALegacyManifestAheadOfAForkIsNeverOverwritten: guarantee "A copy overwrites
 // a replica's manifest only if it is in the copy's past ... one that holds any
 // other history ... the histories diverged ... the copy leaves it as it is
-// (ErrDiverged)" (DESIGN 7), for shards whose manifests were written before
+// (ErrDiverged)", for shards whose manifests were written before
 // authorities were recorded (Authority "").
 //
 // descends treats a manifest of no recorded authority as one of m's own

@@ -28,7 +28,7 @@ func flushUntil(t *testing.T, st *Store) error {
 // TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority: guarantee
 // "a replica that holds another owner's manifest of the same epoch ... the copy
 // leaves the replica as it is (ErrDiverged, logged) for an operator to decide"
-// and "a copy never moves a replica back" (DESIGN 7).
+// and "a copy never moves a replica back".
 //
 // The ErrDiverged check only compares equal epochs. Once the authority's lineage
 // moves one epoch past the other lineage's, newer() calls the authority's manifest
@@ -103,7 +103,7 @@ func TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority(t *te
 // TestAReplicaAheadInAnotherHistoryIsReportedDiverged: guarantee
 // "Shard.Close waits for its release to reach every replica ... so a cold open
 // from any of them starts where this owner stopped" and ErrDiverged "logged, for
-// an operator to decide" (DESIGN 7).
+// an operator to decide".
 //
 // Interleaving: A owns s on authority a at epoch 1; its copy to b lands (b: A,
 // epoch 1, lease live). Then A's manifest writes to b fail. C cold-opens from b
@@ -167,7 +167,7 @@ func TestAReplicaAheadInAnotherHistoryIsReportedDiverged(t *testing.T) {
 // TestADelayedCopyNeverAdoptsAnotherHistorysVersion:
 // guarantee "a replica that holds another owner's manifest of the same epoch was
 // used as an authority of its own ... the copy leaves the replica as it is
-// (ErrDiverged)" (DESIGN 7). This is also why
+// (ErrDiverged)". This is also why
 // TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch used to fail now and then
 // ("A's copy to b: <nil>, want ErrDiverged": about 1 run in 50 with -count=200).
 //
