@@ -204,18 +204,8 @@ func (s *Store) publish(ctx context.Context, m Manifest, ver substrate.Version) 
 	return attrs.Version, data, nil
 }
 
-// published hands m, which the authority holds, to the copies; data is its
-// encoding, or nil.
+// published hands m, which the authority holds as data, to the copies.
 func (s *Store) published(m Manifest, data []byte) {
-	if len(s.copies) == 0 {
-		return
-	}
-	if data == nil {
-		var err error
-		if data, err = Encode(m); err != nil {
-			return // it was decoded from the authority: it encodes
-		}
-	}
 	for _, c := range s.copies {
 		c.offer(m, data)
 	}
