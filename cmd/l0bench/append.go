@@ -2,324 +2,224 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"math/rand/v2"
+	"io"
 	"os"
 	"path/filepath"
-	"sync"
-	"syscall"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
-
-	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/shard"
-	"github.com/l0store/l0/wal"
 )
 
-// appendParams describe one append workload: appenders goroutines, each appending
-// batches of batch records of recordSize bytes, for duration.
-type appendParams struct {
-	appenders  int
-	recordSize int
-	batch      int
-	duration   time.Duration
+// appendKinds are the append scenario's contenders: the best raw writer (the limit
+// the others are judged against), the old serial raw writer, pebble's log layer,
+// pebble DB written as l0 writes and, as a labelled extra, as l0bench once wrote
+// it, and l0 at each shard count.
+func appendKinds(shardCounts []int) []sinkKind {
+	ks := []sinkKind{bestRawKind, serialKind, walKind, oneKeyKind, keys16Kind}
+	for _, n := range shardCounts {
+		ks = append(ks, l0Kind(n))
+	}
+	return ks
 }
 
-func (p appendParams) batchBytes() int { return p.recordSize * p.batch }
+// runAppendOnce opens k in a fresh directory under dir, runs the closed-loop
+// workload on it, and removes the directory.
+func runAppendOnce(ctx context.Context, dir string, k sinkKind, p appendParams, t timing) (window, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return window{}, err
+	}
+	defer os.RemoveAll(dir)
+	s, err := k.open(ctx, dir, p)
+	if err != nil {
+		return window{}, err
+	}
+	w, err := runClosed(ctx, s, p, t)
+	if cerr := s.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return window{}, fmt.Errorf("append %s: %w", k.label(), err)
+	}
+	return w, nil
+}
 
-// payloads returns one batch of records per appender, random so nothing downstream
-// compresses it away.
-func (p appendParams) payloads() [][][]byte {
-	rng := rand.New(rand.NewPCG(1, 2))
-	out := make([][][]byte, p.appenders)
-	for w := range out {
-		out[w] = make([][]byte, p.batch)
-		for i := range out[w] {
-			r := make([]byte, p.recordSize)
-			for j := range r {
-				r[j] = byte(rng.Uint32())
-			}
-			out[w][i] = r
+func (k sinkKind) label() string {
+	if k.shards > 0 {
+		return fmt.Sprintf("%s, %d shards", k.name, k.shards)
+	}
+	return k.name
+}
+
+// appendFigures are one contender's figures over the rounds.
+type appendFigures struct {
+	MBps            spread `json:"mb_per_s"`
+	AckP50Ms        spread `json:"ack_p50_ms"`
+	AckP99Ms        spread `json:"ack_p99_ms"`
+	AckSamples      int    `json:"ack_samples_per_round_min"`
+	AppendsPerFsync spread `json:"appends_per_fsync"`
+	WindowS         spread `json:"window_s"`
+	WarmupS         spread `json:"warmup_s"`
+	// l0's seals inside the window: sealed bytes over appended bytes (about 1 when
+	// seals keep pace), the seals, and the unsealed backlog at the end.
+	SealedOverAppended *spread `json:"sealed_over_appended,omitempty"`
+	Seals              *spread `json:"seals,omitempty"`
+	BacklogEndMB       *spread `json:"backlog_end_mb,omitempty"`
+	BacklogGrowthMB    *spread `json:"backlog_growth_mb,omitempty"`
+}
+
+// roundQuantile is each round's q-quantile of ack latency, for the rounds with
+// enough samples for it.
+func roundQuantile(ws []window, q float64) []float64 {
+	var out []float64
+	for _, w := range ws {
+		s := slices.Clone(w.lat)
+		slices.Sort(s)
+		if d, ok := quantile(s, q); ok {
+			out = append(out, ms(d))
 		}
 	}
 	return out
 }
 
-// drive runs op from appenders goroutines until the duration is over and times every
-// call; the first error stops the run.
-func drive(p appendParams, appenders int, op func(w int) error) (sample, error) {
-	var (
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-		stop     = make(chan struct{})
-		lats     = make([][]time.Duration, appenders)
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; close(stop) })
+func summarizeAppends(ws []window, l0 bool) appendFigures {
+	f := appendFigures{
+		MBps:            spreadOf(each(ws, window.mbps)),
+		AckP50Ms:        spreadOf(roundQuantile(ws, 0.5)),
+		AckP99Ms:        spreadOf(roundQuantile(ws, 0.99)),
+		AckSamples:      int(slices.Min(each(ws, func(w window) float64 { return float64(len(w.lat)) }))),
+		AppendsPerFsync: spreadOf(each(ws, window.appendsPerSync)),
+		WindowS:         spreadOf(each(ws, func(w window) float64 { return w.elapsed.Seconds() })),
+		WarmupS:         spreadOf(each(ws, func(w window) float64 { return w.warmup.Seconds() })),
 	}
-	start := time.Now()
-	deadline := start.Add(p.duration)
-	for w := range appenders {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				t0 := time.Now()
-				if err := op(w); err != nil {
-					fail(err)
-					return
-				}
-				lats[w] = append(lats[w], time.Since(t0))
-			}
-		})
+	if l0 {
+		share := spreadOf(each(ws, window.sealedShare))
+		seals := spreadOf(each(ws, func(w window) float64 { return float64(w.seals) }))
+		end := spreadOf(each(ws, func(w window) float64 { return float64(w.backlogEnd) / 1e6 }))
+		growth := spreadOf(each(ws, func(w window) float64 { return (float64(w.backlogEnd) - float64(w.backlogStart)) / 1e6 }))
+		f.SealedOverAppended, f.Seals, f.BacklogEndMB, f.BacklogGrowthMB = &share, &seals, &end, &growth
 	}
-	wg.Wait()
-	s := sample{elapsed: time.Since(start)}
-	for _, l := range lats {
-		s.lat = append(s.lat, l...)
-	}
-	s.ops = len(s.lat)
-	s.records = s.ops * p.batch
-	s.bytes = int64(s.ops) * int64(p.batchBytes())
-	return s, firstErr
+	return f
 }
 
-// runL0 appends through the engine to shards shards; appender w writes to shard
-// w mod shards. The engine seals as it would in production (by its default
-// triggers, to a local-directory bucket), so its seals share the machine.
-func runL0(ctx context.Context, dir string, p appendParams, shards int) (sample, error) {
-	handles, closeAll, err := openShards(ctx, dir, "append", shards)
-	if err != nil {
-		return sample{}, err
+// judgeAppends returns why a run is invalid: a contender faster than the best raw
+// writer in its median round means the limit is not the limit on this machine, and
+// no ratio to it means anything.
+func judgeAppends(kinds []sinkKind, vsBest []paired) string {
+	var faster []string
+	for i, k := range kinds {
+		if k.key != bestRaw && vsBest[i].Rounds > 0 && vsBest[i].Median > 1 {
+			faster = append(faster, fmt.Sprintf("%s at %.2fx", k.label(), vsBest[i].Median))
+		}
 	}
-	defer closeAll()
-	e := handles.engine
-	payloads := p.payloads()
-	before := e.Metrics().WALFsyncs
-	s, err := drive(p, p.appenders, func(w int) error {
-		_, err := handles.shards[w%shards].Append(ctx, payloads[w]...)
+	if len(faster) == 0 {
+		return ""
+	}
+	return "faster than the best raw writer, which is then not the limit: " + strings.Join(faster, ", ")
+}
+
+func appendScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
+	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch}
+	kinds := appendKinds(cfg.shards)
+	prog := newProgress("append", cfg.rounds*len(kinds))
+	wins, err := runRounds(ctx, cfg.rounds, len(kinds), prog, func(r, i int) (window, error) {
+		return runAppendOnce(ctx, filepath.Join(root, fmt.Sprintf("append-r%d-c%d", r, i)), kinds[i], p, cfg.timing)
+	})
+	prog.done()
+	if err != nil {
 		return err
-	})
-	s.fsyncs = e.Metrics().WALFsyncs - before
-	return s, err
+	}
+	return reportAppends(cfg, p, kinds, wins, out, results)
 }
 
-// l0Shards are shards open on an engine of the run.
-type l0Shards struct {
-	engine *engine.Engine
-	shards []*shard.Shard
-}
+// reportAppends prints the append table and writes one result line per l0 shard
+// count, each with every baseline.
+func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window, out, results io.Writer) error {
+	at := func(key string) int { return slices.IndexFunc(kinds, func(k sinkKind) bool { return k.key == key }) }
+	rates := make([][]float64, len(kinds))
+	figs := make([]appendFigures, len(kinds))
+	for i, k := range kinds {
+		rates[i] = each(wins[i], window.mbps)
+		figs[i] = summarizeAppends(wins[i], k.shards > 0)
+	}
+	vs := func(i int, key string) paired {
+		if j := at(key); j >= 0 {
+			return pairRatios(rates[i], rates[j])
+		}
+		return paired{}
+	}
+	vsBest := make([]paired, len(kinds))
+	for i := range kinds {
+		vsBest[i] = vs(i, bestRaw)
+	}
+	invalid := judgeAppends(kinds, vsBest)
 
-// openShards opens an engine in dir, on a local-directory bucket there, as it runs
-// in production, and n shards on it; closeAll closes the engine and the bucket.
-func openShards(ctx context.Context, dir, label string, n int) (l0Shards, func(), error) {
-	bucket, err := localBucket(filepath.Join(dir, "bucket"))
-	if err != nil {
-		return l0Shards{}, nil, err
+	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s (l0: and until it seals), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios\n",
+		p.recordSize, p.batch, p.appenders, cfg.rounds, cfg.timing.warmup, cfg.timing.window)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog end MB\t")
+	for i, k := range kinds {
+		f, shards, sealed, backlog := figs[i], "-", "-", "-"
+		if k.shards > 0 {
+			shards = strconv.Itoa(k.shards)
+			sealed, backlog = f.SealedOverAppended.String(), num(f.BacklogEndMB.Median)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.name, shards, f.MBps, num(f.AckP50Ms.Median), num(f.AckP99Ms.Median),
+			num(f.AppendsPerFsync.Median), vsBest[i], vs(i, pebbleOneKey), sealed, backlog)
 	}
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer(label)})
-	if err != nil {
-		bucket.Close()
-		return l0Shards{}, nil, err
+	if err := tw.Flush(); err != nil {
+		return err
 	}
-	closeAll := func() { e.Close(); bucket.Close() }
-	out := l0Shards{engine: e, shards: make([]*shard.Shard, n)}
-	for i := range out.shards {
-		if out.shards[i], err = e.OpenShard(ctx, fmt.Sprintf("%s-%d", label, i)); err != nil {
-			closeAll()
-			return l0Shards{}, nil, err
+	var targets []target
+	if last := len(kinds) - 1; kinds[last].shards > 0 {
+		targets = append(targets, atLeast(fmt.Sprintf("l0 at %d shards MB/s over the best raw writer's", kinds[last].shards), 0.85, vsBest[last].PerRound...))
+	}
+	for _, t := range targets {
+		fmt.Fprintln(out, t)
+	}
+	if invalid != "" {
+		fmt.Fprintf(out, "INVALID RUN: %s\n", invalid)
+	}
+	fmt.Fprintln(out)
+
+	baselines := map[string]appendFigures{}
+	for i, k := range kinds {
+		if k.shards == 0 {
+			baselines[k.key] = figs[i]
 		}
 	}
-	return out, closeAll, nil
-}
-
-// runPebble commits the same batches straight to pebble, synced, with the options
-// the WAL uses: what l0 would be without its page format, offsets and bookkeeping.
-func runPebble(dir string, p appendParams) (sample, error) {
-	db, err := pebble.Open(dir, &pebble.Options{
-		FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize:       64 << 20,
-		Logger:             quietLogger{},
-	})
-	if err != nil {
-		return sample{}, err
-	}
-	defer db.Close()
-	payloads := p.payloads()
-	seq := make([]uint64, p.appenders)
-	before := wal.PebbleSyncs(db)
-	s, err := drive(p, p.appenders, func(w int) error {
-		b := db.NewBatch()
-		defer b.Close()
-		for i, r := range payloads[w] {
-			key := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint16(nil, uint16(w)), seq[w])
-			if err := b.Set(append(key, byte(i)), r, nil); err != nil {
-				return err
-			}
+	for i, k := range kinds {
+		if k.shards == 0 {
+			continue
 		}
-		seq[w]++
-		return db.Apply(b, pebble.Sync)
-	})
-	s.fsyncs = wal.PebbleSyncs(db) - before
-	return s, err
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)           {}
-func (quietLogger) Errorf(string, ...any)          {}
-func (quietLogger) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
-
-// runRawAppend is one writer appending each batch's bytes to a file and calling
-// fdatasync after each: the disk's latency floor for a durable append, and its
-// throughput without any grouping.
-func runRawAppend(dir string, p appendParams) (sample, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "raw"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return sample{}, err
-	}
-	defer f.Close()
-	buf := concat(p.payloads()[0])
-	s, err := drive(p, 1, func(int) error {
-		if _, err := f.Write(buf); err != nil {
+		line := resultLine{
+			Scenario: "append",
+			Params: map[string]any{
+				"shards": k.shards, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch,
+				"rounds": cfg.rounds, "warmup_s": cfg.timing.warmup.Seconds(), "window_s": cfg.timing.window.Seconds(),
+			},
+			Figures:   figs[i],
+			Baselines: baselines,
+			Ratios: map[string]paired{
+				"mb_per_s_vs_" + bestRaw:      vsBest[i],
+				"mb_per_s_vs_" + serialRaw:    vs(i, serialRaw),
+				"mb_per_s_vs_" + pebbleWAL:    vs(i, pebbleWAL),
+				"mb_per_s_vs_" + pebbleOneKey: vs(i, pebbleOneKey),
+				"mb_per_s_vs_" + pebble16Keys: vs(i, pebble16Keys),
+			},
+			Invalid: invalid,
+		}
+		if i == len(kinds)-1 {
+			line.Targets = targets
+		}
+		if err := emit(results, line); err != nil {
 			return err
 		}
-		return syscall.Fdatasync(int(f.Fd()))
-	})
-	s.fsyncs = uint64(s.ops)
-	return s, err
+	}
+	return nil
 }
 
-// runRawGroup is the ideal group commit on a raw file: the appenders hand their
-// batches to one writer, which writes everything pending in one call and covers it
-// with one fdatasync. No format, no index, no checksum: the physical limit of this
-// workload on this disk.
-func runRawGroup(dir string, p appendParams) (sample, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "raw-group"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return sample{}, err
-	}
-	defer f.Close()
-	type req struct {
-		buf  []byte
-		done chan error
-	}
-	reqs := make(chan req, p.appenders)
-	var fsyncs uint64
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		var pending []req
-		var buf []byte
-		for r := range reqs {
-			pending, buf = append(pending[:0], r), append(buf[:0], r.buf...)
-		drain:
-			for {
-				select {
-				case r, ok := <-reqs:
-					if !ok {
-						break drain
-					}
-					pending, buf = append(pending, r), append(buf, r.buf...)
-				default:
-					break drain
-				}
-			}
-			_, err := f.Write(buf)
-			if err == nil {
-				err = syscall.Fdatasync(int(f.Fd()))
-				fsyncs++
-			}
-			for _, r := range pending {
-				r.done <- err
-			}
-		}
-	}()
-	payloads := p.payloads()
-	bufs := make([][]byte, p.appenders)
-	dones := make([]chan error, p.appenders)
-	for w := range bufs {
-		bufs[w], dones[w] = concat(payloads[w]), make(chan error, 1)
-	}
-	s, err := drive(p, p.appenders, func(w int) error {
-		reqs <- req{bufs[w], dones[w]}
-		return <-dones[w]
-	})
-	close(reqs)
-	<-writerDone
-	s.fsyncs = fsyncs
-	return s, err
-}
-
-func concat(recs [][]byte) []byte {
-	var out []byte
-	for _, r := range recs {
-		out = append(out, r...)
-	}
-	return out
-}
-
-// contender is one line of the append table.
-type contender struct {
-	key    string // the name of its figures in the results file
-	name   string // the name of its line in the table
-	shards int    // 0 for the baselines, which have no shards
-	run    func(ctx context.Context, dir string) (sample, error)
-}
-
-// The baselines' keys.
-const (
-	rawAppend = "raw_append_fdatasync"
-	rawGroup  = "raw_group_commit"
-	pebbleRaw = "pebble_synced_commits"
-)
-
-func appendContenders(p appendParams, shardCounts []int) []contender {
-	cs := []contender{
-		{key: rawAppend, name: "raw append+fdatasync, 1 writer", run: func(_ context.Context, dir string) (sample, error) { return runRawAppend(dir, p) }},
-		{key: rawGroup, name: "raw group commit", run: func(_ context.Context, dir string) (sample, error) { return runRawGroup(dir, p) }},
-		{key: pebbleRaw, name: "pebble synced commits", run: func(_ context.Context, dir string) (sample, error) { return runPebble(dir, p) }},
-	}
-	for _, n := range shardCounts {
-		cs = append(cs, contender{key: "l0", name: "l0", shards: n, run: func(ctx context.Context, dir string) (sample, error) { return runL0(ctx, dir, p, n) }})
-	}
-	return cs
-}
-
-// runAppendScenario runs every contender once per round, interleaved, each in a
-// fresh directory, and returns each contender's samples.
-func runAppendScenario(ctx context.Context, root string, p appendParams, shardCounts []int, rounds int, progress *progress) ([]contender, [][]sample, error) {
-	cs := appendContenders(p, shardCounts)
-	samples := make([][]sample, len(cs))
-	for r := range rounds {
-		for i, c := range cs {
-			if err := ctx.Err(); err != nil {
-				return nil, nil, err
-			}
-			dir := filepath.Join(root, fmt.Sprintf("append-r%d-c%d", r, i))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, nil, err
-			}
-			s, err := c.run(ctx, dir)
-			if rmErr := os.RemoveAll(dir); err == nil {
-				err = rmErr
-			}
-			if err != nil {
-				return nil, nil, fmt.Errorf("append %s (%d shards), round %d: %w", c.name, c.shards, r, err)
-			}
-			if s.ops == 0 {
-				return nil, nil, errors.New("append " + c.name + ": no append completed")
-			}
-			samples[i] = append(samples[i], s)
-			progress.step()
-		}
-	}
-	return cs, samples, nil
-}
+// appendTiming is the default timing of closed-loop runs.
+var appendTiming = timing{warmup: time.Second, maxWarmup: 20 * time.Second, window: 3 * time.Second}

@@ -9,185 +9,215 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 )
 
-// loadLevel is the latency of appends at one offered load.
-type loadLevel struct {
-	Fraction    float64 `json:"fraction_of_saturation"`
-	OfferedMBps float64 `json:"offered_mb_per_s"`
-	AchievedMBs float64 `json:"achieved_mb_per_s"`
-	P50Ms       float64 `json:"p50_ms"`
-	P99Ms       float64 `json:"p99_ms"`
-	P999Ms      float64 `json:"p999_ms"`
-	// LateP50Ms and LateP99Ms are how late the load generator's timers woke for the
-	// appends it slept for: part of the latency above, and not l0's doing (timers
-	// wake late on a busy machine). Appends due while the appender still waited for
-	// its previous one are not counted here: that wait is l0's.
-	LateP50Ms float64 `json:"generator_late_p50_ms"`
-	LateP99Ms float64 `json:"generator_late_p99_ms"`
+// loadFractions are the offered loads of the latency scenario, as fractions of
+// l0's saturation, from the highest down: the high levels bring l0's WAL to the
+// size at which it seals, so that every level is measured with seals running.
+var loadFractions = []float64{0.9, 0.75, 0.5, 0.25, 0.1}
+
+// levelRun is what one contender's run measured at every level.
+type levelRun struct {
+	levels []openLoop
+	seals  uint64 // l0's seals during the levels
 }
 
-var loadFractions = []float64{0.1, 0.25, 0.5, 0.75, 0.9}
+// runLevels opens k in a fresh directory, offers it the highest load for the
+// warm-up (an l0 run until it has sealed too), then each level in turn: settle,
+// then a window.
+func runLevels(ctx context.Context, dir string, k sinkKind, p appendParams, rates []float64, t timing, win time.Duration) (levelRun, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return levelRun{}, err
+	}
+	defer os.RemoveAll(dir)
+	s, err := k.open(ctx, dir, p)
+	if err != nil {
+		return levelRun{}, err
+	}
+	defer s.close()
+	begin := time.Now()
+	for warm := true; warm; {
+		if _, err := runOpen(ctx, s, p, rates[0], 0, t.warmup/4); err != nil {
+			return levelRun{}, err
+		}
+		elapsed := time.Since(begin)
+		warm = elapsed < t.warmup || (s.l0 != nil && s.l0.sealState().seals == 0 && elapsed < t.maxWarmup)
+	}
+	var run levelRun
+	var before sealState
+	if s.l0 != nil {
+		before = s.l0.sealState()
+	}
+	for _, rate := range rates {
+		lv, err := runOpen(ctx, s, p, rate, win/8, win)
+		if err != nil {
+			return levelRun{}, fmt.Errorf("latency %s at %.1f MB/s: %w", k.label(), rate, err)
+		}
+		run.levels = append(run.levels, lv)
+	}
+	if s.l0 != nil {
+		run.seals = s.l0.sealState().seals - before.seals
+	}
+	return run, nil
+}
 
-// latencyScenario measures l0's saturation throughput (64 shards, -appenders), then
-// offers fractions of it open-loop — each append is due at a set time, and its
-// latency runs from that time, so a stall is not hidden by appenders that slowed down
-// — and reports p50/p99/p99.9 per level beside the raw append+fdatasync latency of the
-// same disk. The levels are drawn in an SVG.
+// levelFigures are one contender's figures at one offered load: each quantile the
+// median of the rounds' (for the rounds with enough samples), and the samples of
+// every round pooled for the tail.
+type levelFigures struct {
+	Fraction     float64   `json:"fraction_of_saturation"`
+	OfferedMBps  float64   `json:"offered_mb_per_s"`
+	AchievedMBps spread    `json:"achieved_mb_per_s"`
+	P50Ms        spread    `json:"p50_ms"`
+	P99Ms        spread    `json:"p99_ms"`
+	Pooled       latencies `json:"pooled"`
+	TimerLate    latencies `json:"generator_timer_late"`
+}
+
+func summarizeLevel(f float64, runs []levelRun, i int) levelFigures {
+	var all, late []time.Duration
+	var p50, p99, achieved []float64
+	for _, r := range runs {
+		lv := r.levels[i]
+		all, late = append(all, lv.lat...), append(late, lv.late...)
+		achieved = append(achieved, lv.achieved)
+		l := summarizeLatencies(lv.lat)
+		if l.P50Ms != nil {
+			p50 = append(p50, *l.P50Ms)
+		}
+		if l.P99Ms != nil {
+			p99 = append(p99, *l.P99Ms)
+		}
+	}
+	return levelFigures{Fraction: f, OfferedMBps: runs[0].levels[i].offered, AchievedMBps: spreadOf(achieved),
+		P50Ms: spreadOf(p50), P99Ms: spreadOf(p99), Pooled: summarizeLatencies(all), TimerLate: summarizeLatencies(late)}
+}
+
+// roundsQuantile is, for every round, the q-quantile at level i, or 0 when the
+// round had too few samples for it.
+func roundsQuantile(runs []levelRun, i int, q float64) []float64 {
+	out := make([]float64, len(runs))
+	for r, run := range runs {
+		s := slices.Clone(run.levels[i].lat)
+		slices.Sort(s)
+		if d, ok := quantile(s, q); ok {
+			out[r] = ms(d)
+		}
+	}
+	return out
+}
+
+// latencyScenario measures l0's saturation on 64 shards in steady state, then, in
+// rounds with the order rotated, offers l0 and the best raw writer the same
+// open-loop loads — fractions of that saturation, from the same generator — and
+// reports the latency quantiles of both and their per-round ratios; drawn in an SVG
+// next to the results file.
 func latencyScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
-	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch, duration: cfg.duration}
-	prog := newProgress("latency", 2*3+len(loadFractions))
-	var sat, raw []sample
-	for r := range 3 {
-		dir := filepath.Join(root, fmt.Sprintf("latency-sat-%d", r))
-		os.MkdirAll(dir, 0o755)
-		s, err := runL0(ctx, dir, p, 64)
-		if err != nil {
-			return err
-		}
-		sat = append(sat, s)
-		prog.step()
-		s, err = runRawAppend(dir, p)
-		if err != nil {
-			return err
-		}
-		raw = append(raw, s)
-		prog.step()
-		os.RemoveAll(dir)
+	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch}
+	const shards = 64
+	rounds := min(cfg.rounds, latencyRounds)
+	kinds := []sinkKind{l0Kind(shards), bestRawKind}
+	prog := newProgress("latency", 1+rounds*len(kinds))
+	sat, err := runAppendOnce(ctx, filepath.Join(root, "latency-saturation"), l0Kind(shards), p, cfg.timing)
+	if err != nil {
+		return err
 	}
-	saturation := median(sat, sample.mbps)
-	rawP50 := median(raw, func(s sample) float64 { return ms(s.percentile(0.5)) })
-	rawP99 := median(raw, func(s sample) float64 { return ms(s.percentile(0.99)) })
-
-	var levels []loadLevel
+	prog.step()
+	saturation := sat.mbps()
+	rates := make([]float64, len(loadFractions))
 	for i, f := range loadFractions {
-		dir := filepath.Join(root, fmt.Sprintf("latency-%d", i))
-		os.MkdirAll(dir, 0o755)
-		lv, err := offeredLoad(ctx, dir, p, 64, f*saturation)
-		os.RemoveAll(dir)
-		if err != nil {
-			return err
-		}
-		lv.Fraction = f
-		levels = append(levels, lv)
-		prog.step()
+		rates[i] = f * saturation
 	}
+	runs, err := runRounds(ctx, rounds, len(kinds), prog, func(r, i int) (levelRun, error) {
+		return runLevels(ctx, filepath.Join(root, fmt.Sprintf("latency-r%d-c%d", r, i)), kinds[i], p, rates, cfg.timing, cfg.latencyWindow)
+	})
 	prog.done()
-	half := levels[slices.IndexFunc(levels, func(l loadLevel) bool { return l.Fraction == 0.5 })]
+	if err != nil {
+		return err
+	}
+	l0Runs, rawRuns := runs[0], runs[1]
+	var l0Levels, rawLevels []levelFigures
+	ratios := map[string]paired{}
+	var targets []target
+	for i, f := range loadFractions {
+		l0Levels = append(l0Levels, summarizeLevel(f, l0Runs, i))
+		rawLevels = append(rawLevels, summarizeLevel(f, rawRuns, i))
+		pct := fmt.Sprintf("%.0f", 100*f)
+		ratios["p50_at_"+pct+"pct_vs_"+bestRaw] = pairRatios(roundsQuantile(l0Runs, i, 0.5), roundsQuantile(rawRuns, i, 0.5))
+		ratios["p99_at_"+pct+"pct_vs_"+bestRaw] = pairRatios(roundsQuantile(l0Runs, i, 0.99), roundsQuantile(rawRuns, i, 0.99))
+		if f == 0.5 {
+			for _, q := range []string{"p50", "p99"} {
+				if r := ratios[q+"_at_50pct_vs_"+bestRaw]; r.Rounds > 0 {
+					targets = append(targets, atMost("l0 "+q+" at half load over the best raw writer's", 1.5, r.PerRound...))
+				}
+			}
+		}
+	}
 	svgPath := strings.TrimSuffix(cfg.results, filepath.Ext(cfg.results)) + "-latency.svg"
-	if err := os.WriteFile(svgPath, latencySVG(levels, rawP50, rawP99), 0o644); err != nil {
+	if err := os.WriteFile(svgPath, latencySVG(l0Levels, rawLevels), 0o644); err != nil {
 		return err
 	}
 
-	fmt.Fprintf(out, "latency · %d B records, %d per append, 64 shards · saturation %.1f MB/s · open-loop offered load, %s per level\n",
-		p.recordSize, p.batch, saturation, p.duration)
+	fmt.Fprintf(out, "latency · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (closed loop, steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level · %d seals of l0 during the levels (median)\n",
+		p.recordSize, p.batch, p.appenders, shards, saturation, rounds, cfg.latencyWindow, int(middle(each(l0Runs, func(r levelRun) float64 { return float64(r.seals) }))))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered\tMB/s offered\tMB/s achieved\tp50 ms\tp99 ms\tp99.9 ms\ttimer late p50\tp99\t")
-	for _, l := range levels {
-		fmt.Fprintf(tw, "%.0f%%\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", 100*l.Fraction, l.OfferedMBps, l.AchievedMBs, l.P50Ms, l.P99Ms, l.P999Ms, l.LateP50Ms, l.LateP99Ms)
+	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\ttimer late p99\t")
+	for i, f := range loadFractions {
+		l, r := l0Levels[i], rawLevels[i]
+		pct := fmt.Sprintf("%.0f", 100*f)
+		fmt.Fprintf(tw, "%s%%\t%.1f\t%s\t%s\t%s\t%s (n=%d)\t%s\t%s\t%s\t%s\t%s\t\n", pct, l.OfferedMBps, num(l.AchievedMBps.Median),
+			num(l.P50Ms.Median), num(l.P99Ms.Median), cell(l.Pooled.P999Ms), l.Pooled.Samples, num(r.P50Ms.Median), num(r.P99Ms.Median),
+			ratios["p50_at_"+pct+"pct_vs_"+bestRaw], ratios["p99_at_"+pct+"pct_vs_"+bestRaw], cell(l.TimerLate.P99Ms))
 	}
-	fmt.Fprintf(tw, "raw append+fdatasync, 1 writer\t-\t-\t%.2f\t%.2f\t-\t-\t-\t\n", rawP50, rawP99)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
+	for _, t := range targets {
+		fmt.Fprintln(out, t)
 	}
-	fmt.Fprintf(out, "at half load: p50 %.2fx raw (target ≤ 2x: %s), p99 %.2fx raw (target ≤ 3x: %s) · chart: %s\n\n",
-		ratio(half.P50Ms, rawP50), verdict(half.P50Ms <= 2*rawP50), ratio(half.P99Ms, rawP99), verdict(half.P99Ms <= 3*rawP99), svgPath)
+	fmt.Fprintf(out, "latencies in ms; quantiles are medians of rounds, p99.9 of every round's samples pooled, \"-\" where there were too few samples · chart: %s\n\n", svgPath)
 	return emit(results, resultLine{
-		Scenario:  "latency",
-		Params:    map[string]any{"shards": 64, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch, "run_seconds": p.duration.Seconds(), "svg": svgPath},
-		Figures:   map[string]any{"saturation_mb_per_s": saturation, "levels": levels},
-		Baselines: map[string]map[string]float64{"raw_append_fdatasync": {"p50_ms": rawP50, "p99_ms": rawP99}},
-		Ratios: map[string]float64{
-			"half_load_p50_vs_raw_fdatasync": ratio(half.P50Ms, rawP50),
-			"half_load_p99_vs_raw_fdatasync": ratio(half.P99Ms, rawP99),
-		},
+		Scenario: "latency",
+		Params: map[string]any{"shards": shards, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch,
+			"rounds": rounds, "level_window_s": cfg.latencyWindow.Seconds(), "svg": svgPath},
+		Figures:   map[string]any{"saturation_mb_per_s": saturation, "levels": l0Levels},
+		Baselines: map[string]any{bestRaw: map[string]any{"levels": rawLevels}},
+		Ratios:    ratios,
+		Targets:   targets,
 	})
 }
 
-// offeredLoad appends at mbps in all, from p.appenders appenders over shards shards,
-// each append due at a fixed time; latency runs from the due time.
-func offeredLoad(ctx context.Context, dir string, p appendParams, shards int, mbps float64) (loadLevel, error) {
-	opened, closeAll, err := openShards(ctx, dir, "latency", shards)
-	if err != nil {
-		return loadLevel{}, err
-	}
-	defer closeAll()
-	handles := opened.shards
-	payloads := p.payloads()
-	perAppender := time.Duration(float64(time.Second) * float64(p.batchBytes()) * float64(p.appenders) / (mbps * 1e6))
-	start := time.Now().Add(10 * time.Millisecond)
-	end := start.Add(p.duration)
-	lats := make([][]time.Duration, p.appenders)
-	lates := make([][]time.Duration, p.appenders)
-	var wg sync.WaitGroup
-	var firstErr error
-	var mu sync.Mutex
-	for w := range p.appenders {
-		wg.Go(func() {
-			// Stagger the appenders over one interval so the load is smooth.
-			due := start.Add(perAppender * time.Duration(w) / time.Duration(p.appenders))
-			for ; due.Before(end); due = due.Add(perAppender) {
-				if d := time.Until(due); d > 0 {
-					time.Sleep(d)
-					lates[w] = append(lates[w], time.Since(due))
-				}
-				if _, err := handles[w%shards].Append(ctx, payloads[w]...); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-				lats[w] = append(lats[w], time.Since(due))
-			}
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return loadLevel{}, firstErr
-	}
-	all, late := slices.Concat(lats...), slices.Concat(lates...)
-	if len(all) == 0 {
-		return loadLevel{}, fmt.Errorf("no append at %.1f MB/s", mbps)
-	}
-	q := func(ds []time.Duration, f float64) float64 { return ms(percentile(ds, f)) }
-	return loadLevel{
-		OfferedMBps: mbps,
-		AchievedMBs: float64(len(all)) * float64(p.batchBytes()) / 1e6 / time.Since(start).Seconds(),
-		P50Ms:       q(all, 0.5), P99Ms: q(all, 0.99), P999Ms: q(all, 0.999),
-		LateP50Ms: q(late, 0.5), LateP99Ms: q(late, 0.99),
-	}, nil
-}
+// latencyRounds is at most how many rounds the latency scenario runs: each round
+// runs every level for both contenders.
+const latencyRounds = 3
 
-// latencySVG draws p50, p99 and p99.9 against offered load, on a log latency axis,
-// with the raw fdatasync p50 and p99 as dashed lines.
-func latencySVG(levels []loadLevel, rawP50, rawP99 float64) []byte {
-	const w, h, left, right, top, bottom = 720.0, 420.0, 70.0, 150.0, 30.0, 50.0
+// latencySVG draws l0's p50, p99 and p99.9 and the best raw writer's p50 and p99
+// (dashed) against offered load, on a log latency axis.
+func latencySVG(l0, raw []levelFigures) []byte {
+	const w, h, left, right, top, bottom = 720.0, 420.0, 70.0, 170.0, 30.0, 50.0
 	maxX := 0.0
 	minY, maxY := math.Inf(1), 0.0
-	for _, l := range levels {
-		maxX = max(maxX, l.OfferedMBps)
-		minY = min(minY, l.P50Ms, rawP50)
-		maxY = max(maxY, l.P999Ms, rawP99)
+	for _, ls := range [][]levelFigures{l0, raw} {
+		for _, l := range ls {
+			maxX = max(maxX, l.OfferedMBps)
+			if l.P50Ms.Median > 0 {
+				minY = min(minY, l.P50Ms.Median)
+			}
+			maxY = max(maxY, l.P99Ms.Median, value(l.Pooled.P999Ms))
+		}
 	}
 	lo, hi := math.Floor(math.Log10(max(minY, 0.01))), math.Ceil(math.Log10(max(maxY, 0.1)))
 	if hi <= lo {
 		hi = lo + 1
 	}
-	x := func(v float64) float64 { return left + (w-left-right)*v/maxX }
+	x := func(v float64) float64 { return left + (w-left-right)*v/max(maxX, 1e-9) }
 	y := func(v float64) float64 { return h - bottom - (h-top-bottom)*(math.Log10(max(v, 0.01))-lo)/(hi-lo) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="18" font-size="14">l0 append latency against offered load (open loop)</text>`+"\n", left)
+	fmt.Fprintf(&b, `<text x="%.0f" y="18" font-size="14">append latency against offered load (open loop)</text>`+"\n", left)
 	for e := lo; e <= hi; e++ {
 		v := math.Pow(10, e)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.1f" y="%.1f" text-anchor="end">%g ms</text>`+"\n",
@@ -199,27 +229,25 @@ func latencySVG(levels []loadLevel, rawP50, rawP99 float64) []byte {
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">offered MB/s</text>`+"\n", (left+w-right)/2, h-12)
 	series := []struct {
-		name, color string
-		f           func(loadLevel) float64
+		name, color, dash string
+		levels            []levelFigures
+		f                 func(levelFigures) float64
 	}{
-		{"p50", "#1f77b4", func(l loadLevel) float64 { return l.P50Ms }},
-		{"p99", "#d62728", func(l loadLevel) float64 { return l.P99Ms }},
-		{"p99.9", "#9467bd", func(l loadLevel) float64 { return l.P999Ms }},
+		{"l0 p50", "#1f77b4", "", l0, func(l levelFigures) float64 { return l.P50Ms.Median }},
+		{"l0 p99", "#d62728", "", l0, func(l levelFigures) float64 { return l.P99Ms.Median }},
+		{"l0 p99.9 (pooled)", "#9467bd", "", l0, func(l levelFigures) float64 { return value(l.Pooled.P999Ms) }},
+		{"best raw p50", "#1f77b4", "5,4", raw, func(l levelFigures) float64 { return l.P50Ms.Median }},
+		{"best raw p99", "#d62728", "5,4", raw, func(l levelFigures) float64 { return l.P99Ms.Median }},
 	}
 	for i, s := range series {
 		var pts []string
-		for _, l := range levels {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(l.OfferedMBps), y(s.f(l))))
+		for _, l := range s.levels {
+			if v := s.f(l); v > 0 {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(l.OfferedMBps), y(v)))
+			}
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", s.color, strings.Join(pts, " "))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">l0 %s</text>`+"\n", w-right+10, top+20+18*float64(i), s.color, s.name)
-	}
-	for i, r := range []struct {
-		name string
-		v    float64
-	}{{"raw fdatasync p50", rawP50}, {"raw fdatasync p99", rawP99}} {
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="5,4"/>`+"\n", left, y(r.v), w-right, y(r.v))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="#555">%s</text>`+"\n", w-right+10, top+80+18*float64(i), r.name)
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" stroke-dasharray="%s" points="%s"/>`+"\n", s.color, s.dash, strings.Join(pts, " "))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", w-right+10, top+20+18*float64(i), s.color, s.name)
 	}
 	b.WriteString("</svg>\n")
 	return []byte(b.String())

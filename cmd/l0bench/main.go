@@ -63,7 +63,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,7 +86,9 @@ type config struct {
 	dir           string
 	results       string
 	rounds        int
-	duration      time.Duration
+	timing        timing // of the closed-loop append runs
+	latencyWindow time.Duration
+	quick         bool
 	shards        []int
 	appenders     int
 	recordSize    int
@@ -108,8 +109,11 @@ func main() {
 	flag.DurationVar(&cfg.idleFor, "idle-for", 20*time.Second, "idle: how long the engine idles (two renewal intervals)")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
-	flag.IntVar(&cfg.rounds, "rounds", 5, "runs of each contender; figures are their medians")
-	flag.DurationVar(&cfg.duration, "duration", time.Second, "length of one run")
+	flag.IntVar(&cfg.rounds, "rounds", 5, "rounds: each contender runs once per round, in an order rotated each round")
+	flag.DurationVar(&cfg.timing.warmup, "warmup", appendTiming.warmup, "append: warm-up before each measurement window (l0 warms up until it has sealed too)")
+	flag.DurationVar(&cfg.timing.window, "window", appendTiming.window, "append: measurement window of each run")
+	flag.DurationVar(&cfg.latencyWindow, "latency-window", 2*time.Second, "latency: measurement window of each load level")
+	flag.BoolVar(&cfg.quick, "quick", false, "short windows and small data, for a smoke test: the figures mean little")
 	flag.StringVar(&shards, "shards", "1,8,64", "append: shard counts")
 	flag.IntVar(&cfg.appenders, "appenders", 64, "append: concurrent appenders")
 	flag.IntVar(&cfg.recordSize, "record-size", 1024, "append: record size in bytes")
@@ -126,8 +130,12 @@ func main() {
 	if remoteKind != "gcs" && remoteKind != "s3" {
 		fatalf("-remote: %q is neither gcs nor s3", remoteKind)
 	}
-	if cfg.rounds < 1 || cfg.appenders < 1 || cfg.recordSize < 1 || cfg.batch < 1 || cfg.duration <= 0 {
-		fatalf("-rounds, -appenders, -record-size, -batch and -duration must be positive")
+	cfg.timing.maxWarmup = appendTiming.maxWarmup
+	if cfg.quick {
+		cfg.quicken()
+	}
+	if cfg.rounds < 1 || cfg.appenders < 1 || cfg.recordSize < 1 || cfg.batch < 1 || cfg.timing.window <= 0 || cfg.latencyWindow <= 0 {
+		fatalf("-rounds, -appenders, -record-size, -batch, -window and -latency-window must be positive")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -160,6 +168,16 @@ func main() {
 		pprof.StopCPUProfile()
 		fatalf("%v", err)
 	}
+}
+
+// quicken makes every scenario short and small, for smoke tests.
+func (c *config) quicken() {
+	c.rounds = min(c.rounds, 2)
+	c.timing = timing{warmup: 100 * time.Millisecond, maxWarmup: time.Second, window: 300 * time.Millisecond}
+	c.latencyWindow = 200 * time.Millisecond
+	c.sealMB, c.inheritedMB, c.backfillParts, c.backfillMB = 1, 0.5, 4, 0.25
+	c.idleShards, c.idleFor = 20, 2*time.Second
+	c.openPartsMB, c.openWALMB = 8, 4
 }
 
 func fatalf(format string, args ...any) {
@@ -245,82 +263,27 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-func appendScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
-	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch, duration: cfg.duration}
-	prog := newProgress("append", cfg.rounds*(3+len(cfg.shards)))
-	cs, samples, err := runAppendScenario(ctx, root, p, cfg.shards, cfg.rounds, prog)
-	prog.done()
-	if err != nil {
-		return err
-	}
-	figs := make([]figures, len(cs))
-	base := map[string]figures{}
-	for i, c := range cs {
-		figs[i] = summarize(samples[i])
-		if c.shards == 0 {
-			base[c.key] = figs[i]
-		}
-	}
-
-	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders · median of %d runs of %s, interleaved\n",
-		p.recordSize, p.batch, p.appenders, cfg.rounds, p.duration)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tshards\tMB/s\trecords/s\tack p50 ms\tack p99 ms\tappends/fsync\tvs raw group\tvs pebble\t")
-	for i, c := range cs {
-		f, shards := figs[i], "-"
-		if c.shards > 0 {
-			shards = strconv.Itoa(c.shards)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f\t%.2f\t%.2f\t%.1f\t%.2fx\t%.2fx\t\n", c.name, shards, f.MBps, f.RecordsPerS,
-			f.P50Ms, f.P99Ms, f.AppendsPerSync, ratio(f.MBps, base[rawGroup].MBps), ratio(f.MBps, base[pebbleRaw].MBps))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(out)
-	for i, c := range cs {
-		if c.shards == 0 {
-			continue
-		}
-		f := figs[i]
-		err := emit(results, resultLine{
-			Scenario: "append",
-			Params: map[string]any{
-				"shards": c.shards, "appenders": p.appenders, "record_size": p.recordSize,
-				"batch": p.batch, "run_seconds": p.duration.Seconds(), "rounds": cfg.rounds,
-			},
-			Figures:   f,
-			Baselines: base,
-			Ratios: map[string]float64{
-				"mb_per_s_vs_raw_group_commit":      ratio(f.MBps, base[rawGroup].MBps),
-				"mb_per_s_vs_raw_append_fdatasync":  ratio(f.MBps, base[rawAppend].MBps),
-				"mb_per_s_vs_pebble_synced_commits": ratio(f.MBps, base[pebbleRaw].MBps),
-				"ack_p50_vs_raw_append_fdatasync":   ratio(f.P50Ms, base[rawAppend].P50Ms),
-				"ack_p99_vs_raw_append_fdatasync":   ratio(f.P99Ms, base[rawAppend].P99Ms),
-			},
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // emit appends l to the results file, stamped with the time and the environment.
 func emit(results io.Writer, l resultLine) error {
-	l.Time, l.Env = time.Now().UTC().Format(time.RFC3339), envInfo()
+	l.Time, l.Env, l.Valid = time.Now().UTC().Format(time.RFC3339), envInfo(), l.Invalid == ""
 	return json.NewEncoder(results).Encode(l)
 }
 
 // resultLine is one line of the results file: one scenario run in one configuration.
 type resultLine struct {
-	Time      string             `json:"time"`
-	Scenario  string             `json:"scenario"`
-	Params    map[string]any     `json:"params"`
-	Figures   any                `json:"figures"`
-	Baselines any                `json:"baselines"`
-	Ratios    map[string]float64 `json:"ratios"`
-	Env       env                `json:"env"`
+	Time      string            `json:"time"`
+	Scenario  string            `json:"scenario"`
+	Params    map[string]any    `json:"params"`
+	Figures   any               `json:"figures"`
+	Baselines any               `json:"baselines"`
+	Ratios    map[string]paired `json:"ratios"`
+	// Targets are judged on their worst round where the target is a bound.
+	Targets []target `json:"targets,omitempty"`
+	// Valid is false when the run contradicts its own baselines (a contender
+	// faster than the limit), and Invalid says how.
+	Valid   bool   `json:"valid"`
+	Invalid string `json:"invalid,omitempty"`
+	Env     env    `json:"env"`
 }
 
 type env struct {

@@ -131,6 +131,6 @@ func openScenario(ctx context.Context, cfg config, root string, out, results io.
 		Figures: map[string]float64{"engine_open_ms": ms(engineOpen), "shard_open_ms": ms(shardOpen), "replay_s": replay.Seconds(),
 			"replay_mb_per_s": mbps, "records": float64(n)},
 		Baselines: map[string]map[string]float64{"get_part_objects": {"s": rawRead.Seconds(), "stored_bytes": float64(objBytes)}},
-		Ratios:    map[string]float64{"replay_s_vs_get_part_objects_s": ratio(replay.Seconds(), rawRead.Seconds())},
+		Ratios:    map[string]paired{"replay_s_vs_get_part_objects_s": pairRatios([]float64{replay.Seconds()}, []float64{rawRead.Seconds()})},
 	})
 }

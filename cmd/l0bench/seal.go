@@ -192,13 +192,29 @@ func runZstd(enc *zstd.Encoder, recs [][]byte) time.Duration {
 // runInherited leaves a backlog of recs unsealed (Retire, then close the engine),
 // opens a new engine on the same directory and times the open of the shard until
 // its backlog is sealed; and, as the baseline, times a direct seal of the same
-// backlog.
-func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte) (open, direct time.Duration, err error) {
+// backlog on an engine of its own: first, with directFirst.
+func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, directFirst bool) (open, direct time.Duration, err error) {
 	bucket, err := g.newBucket(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer bucket.Close()
+	runDirect := func() error {
+		e, sh, err := backlog(ctx, filepath.Join(dir, "direct"), bucket, "direct", recs)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		start := time.Now()
+		_, err = sh.Seal(ctx, 1<<40)
+		direct = time.Since(start)
+		return err
+	}
+	if directFirst {
+		if err := runDirect(); err != nil {
+			return 0, 0, err
+		}
+	}
 	e, sh, err := backlog(ctx, dir, bucket, "moved", recs)
 	if err != nil {
 		return 0, 0, err
@@ -226,15 +242,12 @@ func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte) (op
 		time.Sleep(time.Millisecond)
 	}
 	open = time.Since(start)
-
-	e2, sh2, err := backlog(ctx, filepath.Join(dir, "direct"), bucket, "direct", recs)
-	if err != nil {
-		return 0, 0, err
+	if !directFirst {
+		if err := runDirect(); err != nil {
+			return 0, 0, err
+		}
 	}
-	defer e2.Close()
-	start = time.Now()
-	_, err = sh2.Seal(ctx, 1<<40)
-	return open, time.Since(start), err
+	return open, direct, nil
 }
 
 func (g *remote) newS3Bucket(ctx context.Context) (*substrate.Bucket, error) {

@@ -1,33 +1,111 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
 
-// sample is one timed run of one contender.
-type sample struct {
-	ops     int // appends (batches) acknowledged
-	records int
-	bytes   int64
-	elapsed time.Duration
-	lat     []time.Duration // per acknowledged append
-	fsyncs  uint64          // 0 when the contender does not know
+// How rounds are run and summarized.
+//
+// Every scenario runs its contenders in rounds. Within a round each contender runs
+// once, in an order rotated by one place each round, so that no contender always
+// runs first on a fresh page cache or last on a tired disk. A figure is reported as
+// the median of its rounds with their min and max; a ratio of a contender to its
+// baseline is the median of the per-round ratios (each compares two runs a moment
+// apart, so a machine that slows down for a while moves both sides), again with min
+// and max, and the per-round values are in the results file.
+
+// order is the order in which n contenders run in round r: 0..n-1 rotated by r.
+func order(n, r int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (i + r) % n
+	}
+	return out
 }
 
-func (s sample) mbps() float64                      { return float64(s.bytes) / 1e6 / s.elapsed.Seconds() }
-func (s sample) recordsPerS() float64               { return float64(s.records) / s.elapsed.Seconds() }
-func (s sample) percentile(p float64) time.Duration { return percentile(s.lat, p) }
-
-// percentile returns the p-quantile (0 to 1) of ds, 0 when ds is empty.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
+// runRounds runs each of n contenders once per round, in the rotated order, and
+// returns out[contender][round]. The first error stops it.
+func runRounds[T any](ctx context.Context, rounds, n int, prog *progress, run func(round, contender int) (T, error)) ([][]T, error) {
+	out := make([][]T, n)
+	for i := range out {
+		out[i] = make([]T, rounds)
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
+	for r := range rounds {
+		for _, i := range order(n, r) {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			v, err := run(r, i)
+			if err != nil {
+				return nil, err
+			}
+			out[i][r] = v
+			prog.step()
+		}
+	}
+	return out, nil
+}
+
+// spread is one figure over the rounds.
+type spread struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	Rounds int     `json:"rounds"`
+}
+
+func spreadOf(vs []float64) spread {
+	if len(vs) == 0 {
+		return spread{}
+	}
+	return spread{Median: middle(slices.Clone(vs)), Min: slices.Min(vs), Max: slices.Max(vs), Rounds: len(vs)}
+}
+
+// String is "median (min-max)".
+func (s spread) String() string {
+	return fmt.Sprintf("%s (%s-%s)", num(s.Median), num(s.Min), num(s.Max))
+}
+
+// paired is a ratio of a contender to its baseline, round by round.
+type paired struct {
+	spread
+	PerRound []float64 `json:"per_round"`
+}
+
+// pairRatios is num[r]/den[r] for every round r, summarized. A round whose
+// baseline is 0 has no ratio.
+func pairRatios(num, den []float64) paired {
+	var rs []float64
+	for r := range min(len(num), len(den)) {
+		if den[r] != 0 {
+			rs = append(rs, num[r]/den[r])
+		}
+	}
+	return paired{spread: spreadOf(rs), PerRound: rs}
+}
+
+// String is "0.91x (0.85-0.97)".
+func (p paired) String() string {
+	if p.Rounds == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", p.Median, p.Min, p.Max)
+}
+
+// num formats a figure with three significant digits or so.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
 }
 
 // middle returns the median of vs, which it sorts; the mean of the two middle values
@@ -43,40 +121,61 @@ func middle[T time.Duration | float64](vs []T) T {
 	return vs[len(vs)/2]
 }
 
-// figures are the medians of a contender's samples across rounds.
-type figures struct {
-	MBps           float64 `json:"mb_per_s"`
-	RecordsPerS    float64 `json:"records_per_s"`
-	P50Ms          float64 `json:"ack_p50_ms"`
-	P99Ms          float64 `json:"ack_p99_ms"`
-	AppendsPerSync float64 `json:"appends_per_fsync,omitempty"`
-	Rounds         int     `json:"rounds"`
+// minSamples is how many samples a q-quantile needs before it is reported: ten
+// beyond it (20 for p50, 1,000 for p99, 10,000 for p99.9). A p99 of 20 samples is
+// their maximum, not a p99.
+func minSamples(q float64) int { return int(math.Ceil(10 / (1 - q))) }
+
+// quantile returns the q-quantile of ds, and false when ds has too few samples for
+// it. ds must be sorted.
+func quantile(ds []time.Duration, q float64) (time.Duration, bool) {
+	if len(ds) < minSamples(q) {
+		return 0, false
+	}
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))], true
 }
 
-func summarize(samples []sample) figures {
-	f := figures{Rounds: len(samples)}
-	f.MBps = median(samples, sample.mbps)
-	f.RecordsPerS = median(samples, sample.recordsPerS)
-	f.P50Ms = median(samples, func(s sample) float64 { return ms(s.percentile(0.50)) })
-	f.P99Ms = median(samples, func(s sample) float64 { return ms(s.percentile(0.99)) })
-	f.AppendsPerSync = median(samples, func(s sample) float64 {
-		if s.fsyncs == 0 {
-			return 0
+// latencies summarizes a set of latency samples. A quantile with too few samples
+// behind it is left out.
+type latencies struct {
+	Samples int      `json:"samples"`
+	P50Ms   *float64 `json:"p50_ms,omitempty"`
+	P90Ms   *float64 `json:"p90_ms,omitempty"`
+	P99Ms   *float64 `json:"p99_ms,omitempty"`
+	P999Ms  *float64 `json:"p999_ms,omitempty"`
+	MaxMs   float64  `json:"max_ms"`
+}
+
+func summarizeLatencies(ds []time.Duration) latencies {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	l := latencies{Samples: len(s)}
+	if len(s) > 0 {
+		l.MaxMs = ms(s[len(s)-1])
+	}
+	for q, p := range map[float64]**float64{0.5: &l.P50Ms, 0.9: &l.P90Ms, 0.99: &l.P99Ms, 0.999: &l.P999Ms} {
+		if d, ok := quantile(s, q); ok {
+			v := ms(d)
+			*p = &v
 		}
-		return float64(s.ops) / float64(s.fsyncs)
-	})
-	return f
+	}
+	return l
 }
 
-func median(samples []sample, f func(sample) float64) float64 {
-	if len(samples) == 0 {
+// cell formats a quantile for a table: "-" when there were too few samples.
+func cell(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return num(*v)
+}
+
+// value is the quantile, 0 when it was left out.
+func value(v *float64) float64 {
+	if v == nil {
 		return 0
 	}
-	v := make([]float64, len(samples))
-	for i, s := range samples {
-		v[i] = f(s)
-	}
-	return middle(v)
+	return *v
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -88,20 +187,58 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// pairedRatio is the median over rounds of the throughput of a contender against its
-// baseline in the same round (baseline time / contender time): each ratio compares
-// runs a moment apart, so a machine that slows down for a while moves both sides.
-func pairedRatio(contender, baseline []time.Duration) float64 {
-	rs := make([]float64, 0, len(contender))
-	for i := range contender {
-		if contender[i] > 0 {
-			rs = append(rs, baseline[i].Seconds()/contender[i].Seconds())
-		}
-	}
-	return middle(rs)
+// target is a performance target judged on its worst round, where the target is a
+// bound: a figure that meets the bound in its median round but not its worst does
+// not meet it.
+type target struct {
+	Name  string  `json:"name"`
+	Bound string  `json:"bound"`
+	Worst float64 `json:"worst"`
+	Met   bool    `json:"met"`
 }
 
-// pairedNote says how the rounds of a paired scenario were run and summarized.
-func pairedNote(rounds int) string {
-	return fmt.Sprintf("%d rounds, contender and baseline in alternating order; figures are medians, the ratio the median of the rounds' ratios", rounds)
+// atLeast is a target met when the smallest of vs is at least bound.
+func atLeast(name string, bound float64, vs ...float64) target {
+	w := slices.Min(vs)
+	return target{Name: name, Bound: fmt.Sprintf("≥ %s", num(bound)), Worst: w, Met: w >= bound}
+}
+
+// atMost is a target met when the largest of vs is at most bound.
+func atMost(name string, bound float64, vs ...float64) target {
+	w := slices.Max(vs)
+	return target{Name: name, Bound: fmt.Sprintf("≤ %s", num(bound)), Worst: w, Met: w <= bound}
+}
+
+func (t target) String() string {
+	v := "met"
+	if !t.Met {
+		v = "NOT met"
+	}
+	return fmt.Sprintf("target %s %s: worst %s, %s", t.Name, t.Bound, num(t.Worst), v)
+}
+
+// mbps is bytes over d in MB/s.
+func mbps(bytes int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(bytes) / 1e6 / d.Seconds()
+}
+
+// durations converts ds to float64 seconds, for spreads and ratios of times.
+func seconds(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
+
+// each applies f to every element of vs.
+func each[T any](vs []T, f func(T) float64) []float64 {
+	out := make([]float64, len(vs))
+	for i, v := range vs {
+		out[i] = f(v)
+	}
+	return out
 }

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/record"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pebblewal "github.com/cockroachdb/pebble/v2/wal"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/wal"
+)
+
+// A sink is what the appenders of a run append to: l0, or one of its baselines.
+// Every sink makes an append durable (fdatasync'd) before it returns.
+type sink struct {
+	append func(w int) error // appender w appends its batch
+	syncs  func() uint64     // fsyncs so far
+	close  func() error
+	l0     *l0Shards // for l0: its seals are measured beside its appends
+}
+
+// sinkKind is a contender of the append and latency scenarios.
+type sinkKind struct {
+	key    string // its name in the results file
+	name   string // its name in the tables
+	shards int    // l0's shard count; 0 for the baselines
+	open   func(ctx context.Context, dir string, p appendParams) (*sink, error)
+}
+
+// The contenders' keys. The best raw writer is the limit every other contender is
+// judged against.
+const (
+	bestRaw      = "best_raw_writer"
+	serialRaw    = "raw_serial_writer"
+	pebbleWAL    = "pebble_wal_recycled"
+	pebbleOneKey = "pebble_db_one_key_per_append"
+	pebble16Keys = "pebble_db_16_keys_per_append"
+	l0Key        = "l0"
+)
+
+var (
+	bestRawKind = sinkKind{key: bestRaw, name: "best raw writer: shared buffer, preallocated reused file", open: openBestRaw}
+	serialKind  = sinkKind{key: serialRaw, name: "raw serial writer: one writer, growing file", open: openSerialRaw}
+	walKind     = sinkKind{key: pebbleWAL, name: "pebble wal, recycled log files", open: openPebbleWAL}
+	oneKeyKind  = sinkKind{key: pebbleOneKey, name: "pebble DB synced, one key per append", open: openPebbleDB(false)}
+	keys16Kind  = sinkKind{key: pebble16Keys, name: "pebble DB synced, 16 keys per append (extra)", open: openPebbleDB(true)}
+)
+
+func l0Kind(shards int) sinkKind {
+	return sinkKind{key: l0Key, name: "l0", shards: shards, open: func(ctx context.Context, dir string, p appendParams) (*sink, error) {
+		return openL0(ctx, dir, p, shards)
+	}}
+}
+
+// rawFileBytes is the size of the best raw writer's file, written once before the
+// run and then overwritten in a ring.
+const rawFileBytes = 64 << 20
+
+// openBestRaw is the best raw writer we know for this workload: appenders copy
+// their batch into a shared buffer, under a mutex, while one flusher writes and
+// fdatasyncs the previous buffer; when the sync returns, the flusher swaps buffers
+// and writes everything that gathered meanwhile. The file is preallocated and
+// written in full before the run, and overwritten in a ring, so fdatasync never
+// has to persist a new size or allocate. No format, no checksum, no index: the
+// limit of this workload on this disk.
+func openBestRaw(_ context.Context, dir string, p appendParams) (*sink, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "raw-ring"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	zero := make([]byte, 1<<20)
+	for off := int64(0); off < rawFileBytes; off += int64(len(zero)) {
+		if _, err := f.WriteAt(zero, off); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	type batch struct {
+		done chan struct{}
+		err  error
+	}
+	var (
+		mu     sync.Mutex
+		buf    []byte
+		cur    = &batch{done: make(chan struct{})}
+		kick   = make(chan struct{}, 1)
+		quit   = make(chan struct{})
+		exited = make(chan struct{})
+		fsyncs atomic.Uint64
+	)
+	go func() {
+		defer close(exited)
+		var off int64
+		var spare []byte
+		for {
+			select {
+			case <-kick:
+			case <-quit:
+				return
+			}
+			mu.Lock()
+			data, b := buf, cur
+			buf, cur = spare[:0], &batch{done: make(chan struct{})}
+			mu.Unlock()
+			if len(data) == 0 {
+				continue
+			}
+			if off+int64(len(data)) > rawFileBytes {
+				off = 0
+			}
+			_, err := f.WriteAt(data, off)
+			if err == nil {
+				err = syscall.Fdatasync(int(f.Fd()))
+				fsyncs.Add(1)
+			}
+			off += int64(len(data))
+			b.err = err
+			close(b.done)
+			spare = data
+		}
+	}()
+	bufs := rawBatches(p)
+	return &sink{
+		append: func(w int) error {
+			if len(bufs[w]) > rawFileBytes {
+				return errors.New("a batch larger than the raw writer's file")
+			}
+			mu.Lock()
+			buf = append(buf, bufs[w]...)
+			b := cur
+			mu.Unlock()
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+			<-b.done
+			return b.err
+		},
+		syncs: fsyncs.Load,
+		close: func() error { close(quit); <-exited; return f.Close() },
+	}, nil
+}
+
+// openSerialRaw is the raw writer l0bench used as its limit before: the appenders
+// hand their batches to one writer, which gathers everything pending, copies it,
+// writes it in one call and covers it with one fdatasync, on a file that grows.
+// Nothing overlaps the sync, so it is not the limit; it stays for comparison.
+func openSerialRaw(_ context.Context, dir string, p appendParams) (*sink, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "raw-serial"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	type req struct {
+		buf  []byte
+		done chan error
+	}
+	reqs := make(chan req, p.appenders)
+	var fsyncs atomic.Uint64
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		var pending []req
+		var buf []byte
+		for r := range reqs {
+			pending, buf = append(pending[:0], r), append(buf[:0], r.buf...)
+		drain:
+			for {
+				select {
+				case r, ok := <-reqs:
+					if !ok {
+						break drain
+					}
+					pending, buf = append(pending, r), append(buf, r.buf...)
+				default:
+					break drain
+				}
+			}
+			_, err := f.Write(buf)
+			if err == nil {
+				err = syscall.Fdatasync(int(f.Fd()))
+				fsyncs.Add(1)
+			}
+			for _, r := range pending {
+				r.done <- err
+			}
+		}
+	}()
+	bufs := rawBatches(p)
+	dones := make([]chan error, p.appenders)
+	for w := range dones {
+		dones[w] = make(chan error, 1)
+	}
+	return &sink{
+		append: func(w int) error {
+			reqs <- req{bufs[w], dones[w]}
+			return <-dones[w]
+		},
+		syncs: fsyncs.Load,
+		close: func() error { close(reqs); <-exited; return f.Close() },
+	}, nil
+}
+
+// pebbleLogBytes is when the pebble wal contender moves to its next log file.
+const pebbleLogBytes = 64 << 20
+
+// openPebbleWAL writes each batch as one record through pebble's own log layer —
+// the standalone WAL manager, record.LogWriter underneath — as pebble's commit
+// pipeline does: records are added under a mutex, the log writer's flusher writes
+// and syncs them in groups, and each appender waits for its sync. Log files roll
+// at 64 MiB and the manager recycles up to 3 of them, so most writes overwrite
+// allocated blocks.
+func openPebbleWAL(_ context.Context, dir string, p appendParams) (*sink, error) {
+	qsem := make(chan struct{}, record.SyncConcurrency-1)
+	fsyncs := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fsync_seconds"})
+	m, err := pebblewal.Init(pebblewal.Options{
+		FsyncLatency:         fsyncs,
+		Primary:              pebblewal.Dir{FS: vfs.Default, Dirname: dir},
+		MaxNumRecyclableLogs: 3,
+		PreallocateSize:      func() int { return pebbleLogBytes + pebbleLogBytes/10 },
+		QueueSemChan:         qsem,
+		Logger:               quietLogger{},
+		EventListener:        walEvents{},
+		WriteWALSyncOffsets:  func() bool { return false },
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	num := pebblewal.NumWAL(1)
+	w, err := m.Create(num, 0)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	var mu sync.Mutex
+	bufs := rawBatches(p)
+	return &sink{
+		append: func(a int) error {
+			var wg sync.WaitGroup
+			var syncErr error
+			wg.Add(1)
+			mu.Lock()
+			qsem <- struct{}{}
+			off, err := w.WriteRecord(bufs[a], pebblewal.SyncOptions{Done: &wg, Err: &syncErr}, nil)
+			if err == nil && off >= pebbleLogBytes {
+				err = rollPebbleLog(m, &w, &num)
+			}
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+			wg.Wait()
+			return syncErr
+		},
+		syncs: func() uint64 {
+			var c dto.Metric
+			if fsyncs.Write(&c) != nil {
+				return 0
+			}
+			return c.GetHistogram().GetSampleCount()
+		},
+		close: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			_, err := w.Close()
+			return errors.Join(err, m.Close())
+		},
+	}, nil
+}
+
+// rollPebbleLog closes the log file w, hands it to the manager to recycle, and
+// opens the next: what pebble does when a memtable flush makes a log obsolete.
+func rollPebbleLog(m pebblewal.Manager, w *pebblewal.Writer, num *pebblewal.NumWAL) error {
+	if _, err := (*w).Close(); err != nil {
+		return err
+	}
+	*num++
+	deletable, err := m.Obsolete(*num, false)
+	if err != nil {
+		return err
+	}
+	for _, d := range deletable {
+		if err := d.FS.Remove(d.Path); err != nil {
+			return err
+		}
+	}
+	*w, err = m.Create(*num, 0)
+	return err
+}
+
+type walEvents struct{}
+
+func (walEvents) LogCreated(pebblewal.CreateInfo) {}
+
+// openPebbleDB commits each batch to a pebble DB, synced, with the options l0's WAL
+// uses: as one key per append, as l0 writes a page, or (keys16) one key per record.
+func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sink, error) {
+	return func(_ context.Context, dir string, p appendParams) (*sink, error) {
+		db, err := pebble.Open(dir, &pebble.Options{
+			FormatMajorVersion: pebble.FormatNewest,
+			MemTableSize:       64 << 20,
+			Logger:             quietLogger{},
+		})
+		if err != nil {
+			return nil, err
+		}
+		payloads, bufs := p.payloads(), rawBatches(p)
+		seq := make([]uint64, p.appenders)
+		return &sink{
+			append: func(w int) error {
+				b := db.NewBatch()
+				defer b.Close()
+				key := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint16(nil, uint16(w)), seq[w])
+				seq[w]++
+				if !keys16 {
+					if err := b.Set(key, bufs[w], nil); err != nil {
+						return err
+					}
+					return db.Apply(b, pebble.Sync)
+				}
+				for i, r := range payloads[w] {
+					if err := b.Set(append(key, byte(i)), r, nil); err != nil {
+						return err
+					}
+				}
+				return db.Apply(b, pebble.Sync)
+			},
+			syncs: func() uint64 { return wal.PebbleSyncs(db) },
+			close: db.Close,
+		}, nil
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)           {}
+func (quietLogger) Errorf(string, ...any)          {}
+func (quietLogger) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+
+// rawBatches is each appender's batch as one buffer: what the raw writers write.
+func rawBatches(p appendParams) [][]byte {
+	payloads := p.payloads()
+	out := make([][]byte, len(payloads))
+	for w, recs := range payloads {
+		for _, r := range recs {
+			out[w] = append(out[w], r...)
+		}
+	}
+	return out
+}
+
+// openL0 opens an engine on a local-directory bucket in dir, with the default seal
+// triggers, and shards shards on it; appender w appends to shard w mod shards.
+func openL0(ctx context.Context, dir string, p appendParams, shards int) (*sink, error) {
+	handles, closeAll, err := openShards(ctx, dir, "append", shards)
+	if err != nil {
+		return nil, err
+	}
+	payloads := p.payloads()
+	return &sink{
+		append: func(w int) error {
+			_, err := handles.shards[w%shards].Append(ctx, payloads[w]...)
+			return err
+		},
+		syncs: func() uint64 { return handles.engine.Metrics().WALFsyncs },
+		close: func() error { closeAll(); return nil },
+		l0:    &handles,
+	}, nil
+}
+
+// l0Shards are shards open on an engine of the run.
+type l0Shards struct {
+	engine *engine.Engine
+	shards []*shard.Shard
+}
+
+// openShards opens an engine in dir, on a local-directory bucket there, as it runs
+// in production, and n shards on it; closeAll closes the engine and the bucket.
+func openShards(ctx context.Context, dir, label string, n int) (l0Shards, func(), error) {
+	bucket, err := localBucket(filepath.Join(dir, "bucket"))
+	if err != nil {
+		return l0Shards{}, nil, err
+	}
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer(label)})
+	if err != nil {
+		bucket.Close()
+		return l0Shards{}, nil, err
+	}
+	closeAll := func() { e.Close(); bucket.Close() }
+	out := l0Shards{engine: e, shards: make([]*shard.Shard, n)}
+	for i := range out.shards {
+		if out.shards[i], err = e.OpenShard(ctx, fmt.Sprintf("%s-%d", label, i)); err != nil {
+			closeAll()
+			return l0Shards{}, nil, err
+		}
+	}
+	return out, closeAll, nil
+}
+
+// sealState is what an engine has sealed and what it has left unsealed.
+type sealState struct {
+	seals, sealedBytes, appendedBytes uint64
+	backlog                           uint64 // unsealed record bytes over every shard
+}
+
+func (h *l0Shards) sealState() sealState {
+	m := h.engine.Metrics()
+	s := sealState{seals: m.Seals, sealedBytes: m.SealedBytes, appendedBytes: m.AppendedBytes}
+	for _, sh := range m.Shards {
+		s.backlog += sh.UnsealedBytes
+	}
+	return s
+}
