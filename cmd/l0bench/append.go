@@ -11,16 +11,18 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/l0store/l0/seal"
 )
 
 // appendKinds are the append scenario's contenders: the best raw writer (the limit
 // the others are judged against), the old serial raw writer, pebble's log layer,
 // pebble DB written as l0 writes and, as a labelled extra, as l0bench once wrote
 // it, and l0 at each shard count.
-func appendKinds(shardCounts []int) []sinkKind {
+func appendKinds(shardCounts []int, triggers seal.Options) []sinkKind {
 	ks := []sinkKind{bestRawKind, serialKind, walKind, oneKeyKind, keys16Kind}
 	for _, n := range shardCounts {
-		ks = append(ks, l0Kind(n))
+		ks = append(ks, l0Kind(n, triggers))
 	}
 	return ks
 }
@@ -70,16 +72,11 @@ type appendFigures struct {
 	BacklogGrowthMB    *spread `json:"backlog_growth_mb,omitempty"`
 }
 
-// roundQuantile is each round's q-quantile of ack latency, for the rounds with
-// enough samples for it.
-func roundQuantile(ws []window, q float64) []float64 {
-	var out []float64
-	for _, w := range ws {
-		s := slices.Clone(w.lat)
-		slices.Sort(s)
-		if d, ok := quantile(s, q); ok {
-			out = append(out, ms(d))
-		}
+// lats is each round's ack latencies.
+func lats(ws []window) [][]time.Duration {
+	out := make([][]time.Duration, len(ws))
+	for i, w := range ws {
+		out[i] = w.lat
 	}
 	return out
 }
@@ -87,8 +84,8 @@ func roundQuantile(ws []window, q float64) []float64 {
 func summarizeAppends(ws []window, l0 bool) appendFigures {
 	f := appendFigures{
 		MBps:            spreadOf(each(ws, window.mbps)),
-		AckP50Ms:        spreadOf(roundQuantile(ws, 0.5)),
-		AckP99Ms:        spreadOf(roundQuantile(ws, 0.99)),
+		AckP50Ms:        presentSpread(roundQuantiles(lats(ws), 0.5)),
+		AckP99Ms:        presentSpread(roundQuantiles(lats(ws), 0.99)),
 		AckSamples:      int(slices.Min(each(ws, func(w window) float64 { return float64(len(w.lat)) }))),
 		AppendsPerFsync: spreadOf(each(ws, window.appendsPerSync)),
 		WindowS:         spreadOf(each(ws, func(w window) float64 { return w.elapsed.Seconds() })),
@@ -121,8 +118,13 @@ func judgeAppends(kinds []sinkKind, vsBest []paired) string {
 }
 
 func appendScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
+	return runAppends(ctx, cfg, appendKinds(cfg.shards, cfg.l0Seal), root, out, results)
+}
+
+// runAppends runs the append scenario with the contenders kinds, the best raw
+// writer among them.
+func runAppends(ctx context.Context, cfg config, kinds []sinkKind, root string, out, results io.Writer) error {
 	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch}
-	kinds := appendKinds(cfg.shards)
 	prog := newProgress("append", cfg.rounds*len(kinds))
 	wins, err := runRounds(ctx, cfg.rounds, len(kinds), prog, func(r, i int) (window, error) {
 		return runAppendOnce(ctx, filepath.Join(root, fmt.Sprintf("append-r%d-c%d", r, i)), kinds[i], p, cfg.timing)

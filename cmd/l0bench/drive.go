@@ -56,7 +56,8 @@ type window struct {
 	// For l0: what it sealed in the window and what it left unsealed.
 	sealed, appended         uint64 // record bytes
 	backlogStart, backlogEnd uint64
-	seals                    uint64
+	seals                    uint64 // in the window
+	sealedBefore             uint64 // seals before the window: the warm-up's
 }
 
 func (w window) mbps() float64 { return mbps(w.bytes, w.elapsed) }
@@ -159,7 +160,7 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 		}
 		winEnd.Store(time.Now().UnixNano())
 		w.fsyncs, w.sealed, w.appended = v.fsyncs-before.fsyncs, v.sealed-before.sealed, v.appended-before.appended
-		w.backlogStart, w.backlogEnd, w.seals = before.backlogStart, v.backlogStart, v.seals-before.seals
+		w.backlogStart, w.backlogEnd, w.seals, w.sealedBefore = before.backlogStart, v.backlogStart, v.seals-before.seals, before.seals
 	}
 	start, end, warm := measureWindow(ctx, s, t, snap, failed)
 	close(stop)

@@ -30,25 +30,48 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
-// TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount runs the
-// scenario briefly: every contender appended, and each result line carries figures,
-// the three baselines and their ratios.
-func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *testing.T) {
-	results := filepath.Join(t.TempDir(), "results.jsonl")
-	cfg := config{
-		scenarios: []string{"append"}, dir: t.TempDir(), results: results, rounds: 1,
-		duration: 50 * time.Millisecond, shards: []int{1, 2}, appenders: 4, recordSize: 1024, batch: 16,
+// quickConfig is a -quick configuration of scenarios writing to a temporary
+// directory and results file.
+func quickConfig(t *testing.T, scenarios ...string) config {
+	cfg := config{scenarios: scenarios, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "results.jsonl"), rounds: 2,
+		shards: []int{1, 2}, appenders: 4, recordSize: 1024, batch: 16}
+	cfg.quicken()
+	return cfg
+}
+
+// resultLines reads the results file of cfg.
+func resultLines(t *testing.T, cfg config) []resultLine {
+	t.Helper()
+	data, err := os.ReadFile(cfg.results)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var out []resultLine
+	for line := range strings.Lines(string(data)) {
+		var l resultLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount runs the
+// scenario briefly: every contender appended, and each result line carries l0's
+// figures, every baseline and the ratios to each.
+func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *testing.T) {
+	cfg := quickConfig(t, "append")
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"raw append+fdatasync", "raw group commit", "pebble synced commits", "l0"} {
-		if !strings.Contains(out.String(), name) {
-			t.Errorf("table lacks %q:\n%s", name, out.String())
+	for _, k := range appendKinds(cfg.shards, cfg.l0Seal) {
+		if !strings.Contains(out.String(), k.name) {
+			t.Errorf("table lacks %q:\n%s", k.name, out.String())
 		}
 	}
-	f, err := os.Open(results)
+	f, err := os.Open(cfg.results)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,18 +80,18 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
 		var l struct {
 			resultLine
-			Figures   figures            `json:"figures"`
-			Baselines map[string]figures `json:"baselines"`
+			Figures   appendFigures            `json:"figures"`
+			Baselines map[string]appendFigures `json:"baselines"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.Scenario != "append" || l.Figures.MBps <= 0 || l.Figures.P99Ms <= 0 || len(l.Baselines) != 3 {
+		if l.Scenario != "append" || l.Figures.MBps.Median <= 0 || l.Figures.AckP50Ms.Median <= 0 || len(l.Baselines) != 5 || l.Figures.SealedOverAppended == nil {
 			t.Fatalf("line %d: %+v", lines, l)
 		}
-		for k, v := range l.Ratios {
-			if v <= 0 {
-				t.Fatalf("line %d: ratio %s = %v", lines, k, v)
+		for _, key := range []string{bestRaw, serialRaw, pebbleWAL, pebbleOneKey, pebble16Keys} {
+			if r := l.Ratios["mb_per_s_vs_"+key]; r.Rounds != cfg.rounds || r.Median <= 0 {
+				t.Fatalf("line %d: ratio to %s: %+v", lines, key, r)
 			}
 		}
 		if l.Env.Cores == 0 || l.Env.PeakRSSBytes == 0 {
@@ -81,44 +104,29 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 }
 
 // TestTheSealScenariosReportTheirFiguresBesideTheirBaselines runs seal,
-// inherited-seal, backfill, lag, mixed and idle on small backlogs.
+// inherited-seal, backfill, lag and mixed on small backlogs: each prints its
+// contenders and targets, and writes a line with paired ratios.
 func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
-	results := filepath.Join(t.TempDir(), "results.jsonl")
-	cfg := config{scenarios: []string{"seal", "inherited-seal", "backfill", "lag", "mixed", "idle"}, dir: t.TempDir(), results: results, rounds: 1,
-		sealMB: 0.5, inheritedMB: 0.2, backfillParts: 2, backfillMB: 0.1, duration: 50 * time.Millisecond,
-		idleShards: 3, idleFor: 100 * time.Millisecond}
+	cfg := quickConfig(t, "seal", "inherited-seal", "backfill", "lag", "mixed")
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target: sealed within 500ms",
-		"BackfillUnderReplicated + FlushAndWaitUploads", "seal → durable on every replica", "tail read MB/s", "conditional writes per shard"} {
+	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target openshard_to_sealed_ms ≤ 500",
+		"BackfillUnderReplicated + FlushAndWaitUploads", "get, check size and CRC", "part committed on the local replica → on every replica",
+		"raw put of a real", "tail read MB/s", "target append p99 mixed over alone"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
 	}
-	data, err := os.ReadFile(results)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var scenarios []string
-	for line := range strings.Lines(string(data)) {
-		var l resultLine
-		if err := json.Unmarshal([]byte(line), &l); err != nil {
-			t.Fatal(err)
-		}
-		if len(l.Ratios) == 0 || l.Baselines == nil {
-			t.Fatalf("%s: no baseline or ratio: %s", l.Scenario, line)
-		}
-		for k, v := range l.Ratios {
-			// An idle run shorter than a renewal interval rightly sees no write.
-			if v <= 0 && l.Scenario != "idle" {
-				t.Fatalf("%s: ratio %s = %v", l.Scenario, k, v)
-			}
+	for _, l := range resultLines(t, cfg) {
+		if len(l.Ratios) == 0 || l.Baselines == nil || len(l.Targets) == 0 {
+			t.Fatalf("%s: no baseline, ratio or target: %+v", l.Scenario, l)
 		}
 		scenarios = append(scenarios, l.Scenario)
 	}
-	if strings.Join(scenarios, ",") != "seal,inherited-seal,backfill,lag,mixed,idle" {
+	if strings.Join(scenarios, ",") != "seal,inherited-seal,backfill,lag,mixed" {
 		t.Fatalf("result lines for %v", scenarios)
 	}
 }
@@ -131,8 +139,8 @@ func TestMetricsAddrServesTheEnginesMetricsWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { stop(); metricsRegistry = nil }()
-	cfg := config{scenarios: []string{"append"}, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "r.jsonl"), rounds: 1,
-		duration: 50 * time.Millisecond, shards: []int{1}, appenders: 2, recordSize: 1024, batch: 16}
+	cfg := quickConfig(t, "append")
+	cfg.rounds, cfg.shards = 1, []int{1}
 	reg := engineRegisterer("append")
 	if reg == nil {
 		t.Fatal("no registerer with -metrics-addr")
@@ -155,16 +163,16 @@ func TestMetricsAddrServesTheEnginesMetricsWhileRunning(t *testing.T) {
 	}
 }
 
-// TestTheLatencyScenarioDrawsItsLevels: every offered level is in the result line and
-// the SVG is well-formed XML with a line per percentile.
+// TestTheLatencyScenarioDrawsItsLevels: every offered level is in the result line,
+// for l0 and the best raw writer, and the SVG is well-formed XML with a line per
+// quantile of each.
 func TestTheLatencyScenarioDrawsItsLevels(t *testing.T) {
-	results := filepath.Join(t.TempDir(), "r.jsonl")
-	cfg := config{scenarios: []string{"latency"}, dir: t.TempDir(), results: results, rounds: 1,
-		duration: 100 * time.Millisecond, appenders: 4, recordSize: 1024, batch: 16}
-	if err := run(t.Context(), cfg, io.Discard); err != nil {
+	cfg := quickConfig(t, "latency")
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	svg, err := os.ReadFile(strings.TrimSuffix(results, ".jsonl") + "-latency.svg")
+	svg, err := os.ReadFile(strings.TrimSuffix(cfg.results, ".jsonl") + "-latency.svg")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,13 +190,15 @@ func TestTheLatencyScenarioDrawsItsLevels(t *testing.T) {
 			lines++
 		}
 	}
-	if lines != 3 {
-		t.Fatalf("%d percentile lines, want 3", lines)
+	if lines != 5 {
+		t.Fatalf("%d quantile lines, want 5", lines)
 	}
-	data, _ := os.ReadFile(results)
-	if !strings.Contains(string(data), `"levels"`) || strings.Count(string(data), `"fraction_of_saturation"`) != len(loadFractions) ||
-		strings.Count(string(data), `"generator_late_p99_ms"`) != len(loadFractions) {
+	data, _ := os.ReadFile(cfg.results)
+	if strings.Count(string(data), `"fraction_of_saturation"`) != 2*len(loadFractions) || !strings.Contains(string(data), `"`+bestRaw+`"`) {
 		t.Fatalf("result line: %s", data)
+	}
+	if !strings.Contains(out.String(), "target l0 p99 at half load over the best raw writer's ≤ 1.50") {
+		t.Fatalf("no half-load target:\n%s", out.String())
 	}
 }
 
@@ -197,8 +207,7 @@ func TestTheRemoteCanBeS3(t *testing.T) {
 	remoteKind = "s3"
 	defer func() { remoteKind = "gcs" }()
 	var out bytes.Buffer
-	cfg := config{scenarios: []string{"backfill"}, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "r.jsonl"), rounds: 1,
-		backfillParts: 2, backfillMB: 0.1}
+	cfg := quickConfig(t, "backfill")
 	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +219,7 @@ func TestTheRemoteCanBeS3(t *testing.T) {
 // TestTheOpenScenarioReplaysEveryRecord runs open on a small shard.
 func TestTheOpenScenarioReplaysEveryRecord(t *testing.T) {
 	var out bytes.Buffer
-	cfg := config{scenarios: []string{"open"}, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "r.jsonl"), rounds: 1,
-		openPartsMB: 8, openWALMB: 4}
+	cfg := quickConfig(t, "open")
 	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +245,7 @@ func TestTheProgressBarSurvivesMoreStepsThanItWasToldOf(t *testing.T) {
 // tables, and two result lines from two processes other than this one.
 func TestASuiteRunsEachScenarioInAProcessOfItsOwn(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "results.jsonl")
-	cmd := exec.Command(os.Args[0], "-scenario=seal,inherited-seal", "-rounds=1", "-seal-mb=0.5", "-inherited-mb=0.25",
+	cmd := exec.Command(os.Args[0], "-scenario=seal,inherited-seal", "-quick",
 		"-results="+results, "-dir="+t.TempDir())
 	cmd.Env = append(os.Environ(), asMainEnv+"=1")
 	var stderr bytes.Buffer

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -25,57 +24,76 @@ type mixedRun struct {
 	elapsed   time.Duration
 }
 
-// mixedScenario runs 8 shards at a steady append rate twice: alone (no seals, no
-// readers), then mixed — a reader tailing every shard through parts and WAL, seals
-// every 1 MiB onto a local replica, each part copied to the remote — and reports
-// what the mixed work costs the appends, beside what the readers and uploads did.
+// mixedRounds is at most how many rounds the mixed scenario runs.
+const mixedRounds = 3
+
+// mixedScenario runs 8 shards at a steady append rate, in rounds, two ways: alone
+// (no seals, no readers), and mixed — a reader tailing every shard through parts
+// and WAL, seals every 1 MiB onto a local replica, each part copied to the remote —
+// in an order rotated each round, and reports what the mixed work costs the
+// appends, per round, beside what the readers and uploads did.
 func mixedScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
 	g, err := startGCS()
 	if err != nil {
 		return err
 	}
 	defer g.stop()
-	duration := 4 * time.Second
-	prog := newProgress("mixed", 2*int(duration/time.Second))
-	alone, err := runMixed(ctx, filepath.Join(root, "mixed-alone"), g, duration, false, prog)
-	if err != nil {
-		return err
-	}
-	mixed, err := runMixed(ctx, filepath.Join(root, "mixed"), g, duration, true, prog)
-	if err != nil {
-		return err
-	}
+	duration := cfg.mixedFor
+	rounds := min(cfg.rounds, mixedRounds)
+	prog := newProgress("mixed", 2*rounds)
+	runs, err := runRounds(ctx, rounds, 2, prog, func(r, i int) (mixedRun, error) {
+		return runMixed(ctx, filepath.Join(root, fmt.Sprintf("mixed-r%d-c%d", r, i)), g, duration, i == 1)
+	})
 	prog.done()
-	pct := func(ds []time.Duration, p float64) float64 {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		d, _ := quantile(s, p)
-		return ms(d)
+	if err != nil {
+		return err
 	}
-	readMBps := float64(mixed.readBytes) / 1e6 / mixed.elapsed.Seconds()
-	fmt.Fprintf(out, "mixed · 8 shards at 8 MB/s in all for %s: appends alone, then with a tailing reader per shard, seals every 1 MiB and copies to a %s replica\n",
-		duration, g.kind)
+	alone, mixed := runs[0], runs[1]
+	q := func(runs []mixedRun, p float64) []float64 {
+		lats := make([][]time.Duration, len(runs))
+		for i, m := range runs {
+			lats[i] = m.appendLat
+		}
+		return roundQuantiles(lats, p)
+	}
+	p50, p99 := pairRatios(q(mixed, .5), q(alone, .5)), pairRatios(q(mixed, .99), q(alone, .99))
+	reads := spreadOf(each(mixed, func(m mixedRun) float64 { return mbps(m.readBytes, m.elapsed) }))
+	var lags []time.Duration
+	for _, m := range mixed {
+		lags = append(lags, m.lags...)
+	}
+	lag := summarizeLatencies(lags)
+	targets := []target{bounded("append p99 mixed over alone", 1.5, p99.PerRound, "too few appends per run for a p99")}
+	fmt.Fprintf(out, "mixed · 8 shards at 8 MB/s in all, open loop, %s a run: appends alone, then with a tailing reader per shard, seals every 1 MiB and copies to a %s replica · %d rounds, order rotated · median (min-max)\n",
+		duration, g.kind, rounds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tmixed\talone\tmixed / alone\t")
-	fmt.Fprintf(tw, "append p50 ms\t%.2f\t%.2f\t%.2fx\t\n", pct(mixed.appendLat, .5), pct(alone.appendLat, .5), ratio(pct(mixed.appendLat, .5), pct(alone.appendLat, .5)))
-	fmt.Fprintf(tw, "append p99 ms\t%.2f\t%.2f\t%.2fx\t\n", pct(mixed.appendLat, .99), pct(alone.appendLat, .99), ratio(pct(mixed.appendLat, .99), pct(alone.appendLat, .99)))
-	fmt.Fprintf(tw, "tail read MB/s\t%.1f\t-\t-\t\n", readMBps)
-	fmt.Fprintf(tw, "seal → durable p99 ms (%d parts)\t%.1f\t-\t-\t\n", len(mixed.lags), pct(mixed.lags, .99))
+	fmt.Fprintf(tw, "append p50 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .5)), presentSpread(q(alone, .5)), p50)
+	fmt.Fprintf(tw, "append p99 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .99)), presentSpread(q(alone, .99)), p99)
+	fmt.Fprintf(tw, "tail read MB/s\t%s\t-\t-\t\n", reads)
+	fmt.Fprintf(tw, "part committed → on every replica, ms (%d parts, pooled): p50 / p99 / max\t%s / %s / %s\t-\t-\t\n", lag.Samples, cell(lag.P50Ms), cell(lag.P99Ms), num(lag.MaxMs))
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, t := range targets {
+		fmt.Fprintln(out, t)
 	}
 	fmt.Fprintln(out)
 	return emit(results, resultLine{
 		Scenario: "mixed",
-		Params:   map[string]any{"shards": 8, "rate_mb_per_s": 8, "seconds": duration.Seconds(), "seal_bytes": 1 << 20, "substrate": g.kind},
-		Figures: map[string]float64{"append_p50_ms": pct(mixed.appendLat, .5), "append_p99_ms": pct(mixed.appendLat, .99),
-			"tail_read_mb_per_s": readMBps, "lag_p99_ms": pct(mixed.lags, .99), "parts": float64(len(mixed.lags))},
-		Baselines: map[string]map[string]float64{"appends_alone": {"append_p50_ms": pct(alone.appendLat, .5), "append_p99_ms": pct(alone.appendLat, .99)}},
-		Ratios:    nil,
+		Params:   map[string]any{"shards": 8, "rate_mb_per_s": 8, "seconds": duration.Seconds(), "rounds": rounds, "seal_bytes": 1 << 20, "substrate": g.kind},
+		Figures: map[string]any{"append_p50_ms": presentSpread(q(mixed, .5)), "append_p99_ms": presentSpread(q(mixed, .99)),
+			"tail_read_mb_per_s": reads, "part_committed_to_on_every_replica": lag},
+		Baselines: map[string]map[string]spread{"appends_alone": {"append_p50_ms": presentSpread(q(alone, .5)), "append_p99_ms": presentSpread(q(alone, .99))}},
+		Ratios:    map[string]paired{"append_p50_mixed_vs_alone": p50, "append_p99_mixed_vs_alone": p99},
+		Targets:   targets,
 	})
 }
 
-func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration, mixed bool, prog *progress) (mixedRun, error) {
+// runMixed runs one phase: the appends offered open-loop by the latency
+// scenario's generator, after a settling second, and, when mixed, a reader tailing
+// each shard while seals and copies run.
+func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration, mixed bool) (mixedRun, error) {
 	local, err := localBucket(filepath.Join(dir, "local"))
 	if err != nil {
 		return mixedRun{}, err
@@ -105,67 +123,62 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 		return mixedRun{}, err
 	}
 	defer e.Close()
-	const shards, appenders, rateMBps = 8, 16, 8.0
+	const shards, rateMBps = 8, 8.0
+	p := appendParams{appenders: 16, recordSize: recordSize, batch: 16}
 	handles := make([]*shard.Shard, shards)
 	for i := range handles {
 		if handles[i], err = e.OpenShard(ctx, fmt.Sprint("mixed-", i)); err != nil {
 			return mixedRun{}, err
 		}
 	}
-	recs := events(16, recordSize, 6)
-	interval := time.Duration(float64(time.Second) * float64(16*recordSize*appenders) / (rateMBps * 1e6))
-	start := time.Now()
-	deadline := start.Add(duration)
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	lats := make([][]time.Duration, appenders)
-	for w := range appenders {
-		wg.Go(func() {
-			due := start.Add(interval * time.Duration(w) / appenders)
-			for ; due.Before(deadline); due = due.Add(interval) {
-				time.Sleep(time.Until(due))
-				if _, err := handles[w%shards].Append(ctx, recs...); err != nil {
-					failed.Store(&err)
-					return
-				}
-				lats[w] = append(lats[w], time.Since(due))
-			}
-		})
-	}
-	var read atomic.Int64
+	recs := events(p.batch, p.recordSize, 6)
+	s := &sink{append: func(w int) error {
+		_, err := handles[w%shards].Append(ctx, recs...)
+		return err
+	}}
+	var (
+		wg       sync.WaitGroup
+		readErr  atomic.Pointer[error]
+		read     atomic.Int64
+		stopRead = make(chan struct{})
+	)
 	if mixed {
 		for _, sh := range handles {
 			wg.Go(func() {
 				var next uint64
-				for time.Now().Before(deadline) {
+				for {
 					for rec, err := range sh.Read(ctx, next) {
 						if err != nil {
-							failed.Store(&err)
+							readErr.Store(&err)
 							return
 						}
 						read.Add(int64(len(rec.Value)))
 						next = rec.Offset + 1
 					}
-					time.Sleep(20 * time.Millisecond)
+					select {
+					case <-stopRead:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
 				}
 			})
 		}
 	}
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Second)
-		prog.step()
-	}
+	start := time.Now()
+	lv, err := runOpen(ctx, s, p, rateMBps, time.Second, duration)
+	close(stopRead)
 	wg.Wait()
 	run.elapsed = time.Since(start) // what the readers read in, not the uploads' drain
-	if errp := failed.Load(); errp != nil {
+	if err != nil {
+		return mixedRun{}, err
+	}
+	if errp := readErr.Load(); errp != nil {
 		return mixedRun{}, *errp
 	}
+	run.appendLat = lv.lat
 	if err := e.FlushAndWaitUploads(ctx); err != nil {
 		return mixedRun{}, err
 	}
 	run.readBytes = read.Load()
-	for _, l := range lats {
-		run.appendLat = append(run.appendLat, l...)
-	}
 	return run, nil
 }

@@ -76,12 +76,12 @@ type paired struct {
 	PerRound []float64 `json:"per_round"`
 }
 
-// pairRatios is num[r]/den[r] for every round r, summarized. A round whose
-// baseline is 0 has no ratio.
+// pairRatios is num[r]/den[r] for every round r, summarized. A round in which
+// either side is 0 — a quantile with too few samples behind it — has no ratio.
 func pairRatios(num, den []float64) paired {
 	var rs []float64
 	for r := range min(len(num), len(den)) {
-		if den[r] != 0 {
+		if num[r] != 0 && den[r] != 0 {
 			rs = append(rs, num[r]/den[r])
 		}
 	}
@@ -146,6 +146,32 @@ type latencies struct {
 	MaxMs   float64  `json:"max_ms"`
 }
 
+// roundQuantiles is the q-quantile of each round's samples in ms, 0 for a round
+// with too few samples for it (which pairRatios and presentSpread leave out).
+func roundQuantiles(rounds [][]time.Duration, q float64) []float64 {
+	out := make([]float64, len(rounds))
+	for i, ds := range rounds {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		if d, ok := quantile(s, q); ok {
+			out[i] = ms(d)
+		}
+	}
+	return out
+}
+
+// presentSpread is the spread of the non-zero values of vs: the rounds that had
+// enough samples for a quantile.
+func presentSpread(vs []float64) spread {
+	var present []float64
+	for _, v := range vs {
+		if v != 0 {
+			present = append(present, v)
+		}
+	}
+	return spreadOf(present)
+}
+
 func summarizeLatencies(ds []time.Duration) latencies {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -195,6 +221,21 @@ type target struct {
 	Bound string  `json:"bound"`
 	Worst float64 `json:"worst"`
 	Met   bool    `json:"met"`
+	// Unjudged says why there was nothing to judge (too few samples): not met.
+	Unjudged string `json:"unjudged,omitempty"`
+}
+
+// unjudged is a target the run could not judge, and why.
+func unjudged(name, bound, why string) target {
+	return target{Name: name, Bound: bound, Unjudged: why}
+}
+
+// bounded is atMost over vs, or a target not judged when there is nothing in vs.
+func bounded(name string, bound float64, vs []float64, why string) target {
+	if len(vs) == 0 {
+		return unjudged(name, "≤ "+num(bound), why)
+	}
+	return atMost(name, bound, vs...)
 }
 
 // atLeast is a target met when the smallest of vs is at least bound.
@@ -210,6 +251,9 @@ func atMost(name string, bound float64, vs ...float64) target {
 }
 
 func (t target) String() string {
+	if t.Unjudged != "" {
+		return fmt.Sprintf("target %s %s: not judged, %s", t.Name, t.Bound, t.Unjudged)
+	}
 	v := "met"
 	if !t.Met {
 		v = "NOT met"

@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
 )
@@ -59,9 +60,11 @@ var (
 	keys16Kind  = sinkKind{key: pebble16Keys, name: "pebble DB synced, 16 keys per append (extra)", open: openPebbleDB(true)}
 )
 
-func l0Kind(shards int) sinkKind {
+// l0Kind is l0 on shards shards, sealing by triggers (the zero value: the
+// defaults, as in production).
+func l0Kind(shards int, triggers seal.Options) sinkKind {
 	return sinkKind{key: l0Key, name: "l0", shards: shards, open: func(ctx context.Context, dir string, p appendParams) (*sink, error) {
-		return openL0(ctx, dir, p, shards)
+		return openL0(ctx, dir, p, shards, triggers)
 	}}
 }
 
@@ -116,12 +119,13 @@ func openBestRaw(_ context.Context, dir string, p appendParams) (*sink, error) {
 				return
 			}
 			mu.Lock()
+			if len(buf) == 0 {
+				mu.Unlock()
+				continue
+			}
 			data, b := buf, cur
 			buf, cur = spare[:0], &batch{done: make(chan struct{})}
 			mu.Unlock()
-			if len(data) == 0 {
-				continue
-			}
 			if off+int64(len(data)) > rawFileBytes {
 				off = 0
 			}
@@ -365,10 +369,10 @@ func rawBatches(p appendParams) [][]byte {
 	return out
 }
 
-// openL0 opens an engine on a local-directory bucket in dir, with the default seal
-// triggers, and shards shards on it; appender w appends to shard w mod shards.
-func openL0(ctx context.Context, dir string, p appendParams, shards int) (*sink, error) {
-	handles, closeAll, err := openShards(ctx, dir, "append", shards)
+// openL0 opens an engine on a local-directory bucket in dir, sealing by triggers,
+// and shards shards on it; appender w appends to shard w mod shards.
+func openL0(ctx context.Context, dir string, p appendParams, shards int, triggers seal.Options) (*sink, error) {
+	handles, closeAll, err := openShards(ctx, dir, "append", shards, triggers)
 	if err != nil {
 		return nil, err
 	}
@@ -392,12 +396,12 @@ type l0Shards struct {
 
 // openShards opens an engine in dir, on a local-directory bucket there, as it runs
 // in production, and n shards on it; closeAll closes the engine and the bucket.
-func openShards(ctx context.Context, dir, label string, n int) (l0Shards, func(), error) {
+func openShards(ctx context.Context, dir, label string, n int, triggers seal.Options) (l0Shards, func(), error) {
 	bucket, err := localBucket(filepath.Join(dir, "bucket"))
 	if err != nil {
 		return l0Shards{}, nil, err
 	}
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Registerer: engineRegisterer(label)})
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Seal: triggers, Registerer: engineRegisterer(label)})
 	if err != nil {
 		bucket.Close()
 		return l0Shards{}, nil, err

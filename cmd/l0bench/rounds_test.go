@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/l0store/l0/seal"
+)
+
+// TestEveryRatioIsPairedByRound: the rounds run every contender once each, in an
+// order rotated each round; a ratio is the median of the per-round ratios, not the
+// ratio of the medians; and every ratio of every result line the scenarios write
+// carries its per-round values, consistent with its median, min and max.
+func TestEveryRatioIsPairedByRound(t *testing.T) {
+	var ran [][]int
+	_, err := runRounds(t.Context(), 3, 3, newProgress("test", 9), func(r, i int) (int, error) {
+		if len(ran) <= r {
+			ran = append(ran, nil)
+		}
+		ran[r] = append(ran[r], i)
+		return 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, o := range ran {
+		if want := order(3, r); !slices.Equal(o, want) || o[0] != r {
+			t.Fatalf("round %d ran %v, want %v, starting with %d", r, o, want, r)
+		}
+	}
+
+	// Medians 10 and 10 (ratio of medians 1), but the rounds say 2, 0.5 and 1.2.
+	p := pairRatios([]float64{20, 5, 12}, []float64{10, 10, 10})
+	if p.Median != 1.2 || p.Min != 0.5 || p.Max != 2 || !slices.Equal(p.PerRound, []float64{2, 0.5, 1.2}) {
+		t.Fatalf("paired %+v, want the median of per-round ratios, 1.2", p)
+	}
+	// A round whose quantile had too few samples has no ratio.
+	if p := pairRatios([]float64{2, 0, 3}, []float64{1, 1, 0}); p.Rounds != 1 || p.Median != 2 {
+		t.Fatalf("paired %+v, want only the first round", p)
+	}
+
+	cfg := quickConfig(t, "append", "seal", "backfill")
+	cfg.shards = []int{2}
+	if err := run(t.Context(), cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	lines := resultLines(t, cfg)
+	if len(lines) != 3 {
+		t.Fatalf("%d result lines", len(lines))
+	}
+	for _, l := range lines {
+		if len(l.Ratios) == 0 {
+			t.Fatalf("%s: no ratios", l.Scenario)
+		}
+		for name, r := range l.Ratios {
+			if r.Rounds != len(r.PerRound) || r.Rounds != cfg.rounds {
+				t.Fatalf("%s %s: %d rounds, %d per-round values, want %d", l.Scenario, name, r.Rounds, len(r.PerRound), cfg.rounds)
+			}
+			if m := middle(slices.Clone(r.PerRound)); math.Abs(m-r.Median) > 1e-12 || r.Min != slices.Min(r.PerRound) || r.Max != slices.Max(r.PerRound) {
+				t.Fatalf("%s %s: %+v is not the median (min, max) of its rounds", l.Scenario, name, r)
+			}
+		}
+	}
+}
+
+// TestARunThatBeatsTheRawLimitIsMarkedInvalid: a contender faster than the best raw
+// writer in its median round makes the run invalid — printed and in every result
+// line — rather than a win. Here the "best raw writer" is held back on purpose.
+func TestARunThatBeatsTheRawLimitIsMarkedInvalid(t *testing.T) {
+	slowRaw := bestRawKind
+	slowRaw.open = func(ctx context.Context, dir string, p appendParams) (*sink, error) {
+		s, err := openBestRaw(ctx, dir, p)
+		if err != nil {
+			return nil, err
+		}
+		fast := s.append
+		s.append = func(w int) error { time.Sleep(20 * time.Millisecond); return fast(w) }
+		return s, nil
+	}
+	check := func(kinds []sinkKind, wantInvalid bool) {
+		t.Helper()
+		cfg := quickConfig(t, "append")
+		var out bytes.Buffer
+		results, err := os.Create(cfg.results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer results.Close()
+		if err := runAppends(t.Context(), cfg, kinds, cfg.dir, &out, results); err != nil {
+			t.Fatal(err)
+		}
+		lines := resultLines(t, cfg)
+		if len(lines) == 0 {
+			t.Fatal("no result line")
+		}
+		for _, l := range lines {
+			if l.Valid == wantInvalid || (l.Invalid != "") != wantInvalid {
+				t.Fatalf("valid %v (%q), want invalid %v:\n%s", l.Valid, l.Invalid, wantInvalid, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "INVALID RUN") != wantInvalid {
+			t.Fatalf("want invalid %v:\n%s", wantInvalid, out.String())
+		}
+		if wantInvalid && !strings.Contains(lines[0].Invalid, serialKind.name) {
+			t.Fatalf("the reason does not name the contender: %q", lines[0].Invalid)
+		}
+	}
+	check([]sinkKind{slowRaw, serialKind, l0Kind(1, seal.Options{})}, true)
+	check([]sinkKind{bestRawKind, serialKind, l0Kind(1, seal.Options{})}, false)
+}
+
+// TestAppendMeasuresSteadyStateWithSeals: l0's append window opens only once the
+// engine has sealed, and over the window it seals about what it appends (within a
+// quarter), reporting the backlog it leaves.
+func TestAppendMeasuresSteadyStateWithSeals(t *testing.T) {
+	cfg := quickConfig(t, "append")
+	cfg.timing = timing{warmup: 0, maxWarmup: 30 * time.Second, window: 1500 * time.Millisecond}
+	p := appendParams{appenders: 8, recordSize: 1024, batch: 16}
+	k := l0Kind(2, seal.Options{SizeBytes: 1 << 20})
+	s, err := k.open(t.Context(), t.TempDir(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	w, err := runClosed(t.Context(), s, p, cfg.timing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.sealedBefore == 0 {
+		t.Fatal("the window opened before the engine had sealed anything")
+	}
+	if w.seals < 2 || math.Abs(w.sealedShare()-1) > 0.25 {
+		t.Fatalf("%d seals sealed %d bytes of the %d appended in the window (%.2f)", w.seals, w.sealed, w.appended, w.sealedShare())
+	}
+	// The engine counts an append when it writes it, the appenders when it returns:
+	// they differ by at most the appends in flight at either end of the window.
+	if d := math.Abs(float64(w.appended) - float64(w.bytes)); d > float64(2*p.appenders*p.batchBytes()) {
+		t.Fatalf("the engine counted %d bytes appended in the window, the appenders %d", w.appended, w.bytes)
+	}
+}
