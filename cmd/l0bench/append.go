@@ -161,12 +161,12 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s (l0: and until it seals), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios\n",
 		p.recordSize, p.batch, p.appenders, cfg.rounds, cfg.timing.warmup, cfg.timing.window)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog end MB\t")
+	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog MB at end (growth)\t")
 	for i, k := range kinds {
 		f, shards, sealed, backlog := figs[i], "-", "-", "-"
 		if k.shards > 0 {
 			shards = strconv.Itoa(k.shards)
-			sealed, backlog = f.SealedOverAppended.String(), num(f.BacklogEndMB.Median)
+			sealed, backlog = f.SealedOverAppended.String(), fmt.Sprintf("%s (%+.0f)", num(f.BacklogEndMB.Median), f.BacklogGrowthMB.Median)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.name, shards, f.MBps, num(f.AckP50Ms.Median), num(f.AckP99Ms.Median),
 			num(f.AppendsPerFsync.Median), vsBest[i], vs(i, pebbleOneKey), sealed, backlog)

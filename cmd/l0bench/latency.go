@@ -156,7 +156,7 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 	fmt.Fprintf(out, "latency · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (closed loop, steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level · %d seals of l0 during the levels (median)\n",
 		p.recordSize, p.batch, p.appenders, shards, saturation, rounds, cfg.latencyWindow, int(middle(each(l0Runs, func(r levelRun) float64 { return float64(r.seals) }))))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\ttimer late p99\t")
+	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
 	for i, f := range loadFractions {
 		l, r := l0Levels[i], rawLevels[i]
 		pct := fmt.Sprintf("%.0f", 100*f)

@@ -35,10 +35,10 @@ func TestEveryRatioIsPairedByRound(t *testing.T) {
 		}
 	}
 
-	// Medians 10 and 10 (ratio of medians 1), but the rounds say 2, 0.5 and 1.2.
-	p := pairRatios([]float64{20, 5, 12}, []float64{10, 10, 10})
-	if p.Median != 1.2 || p.Min != 0.5 || p.Max != 2 || !slices.Equal(p.PerRound, []float64{2, 0.5, 1.2}) {
-		t.Fatalf("paired %+v, want the median of per-round ratios, 1.2", p)
+	// Medians 12 and 10 (a ratio of medians of 1.2), but the rounds say 2, 0.5, 3.
+	p := pairRatios([]float64{20, 5, 12}, []float64{10, 10, 4})
+	if p.Median != 2 || p.Min != 0.5 || p.Max != 3 || !slices.Equal(p.PerRound, []float64{2, 0.5, 3}) {
+		t.Fatalf("paired %+v, want the median of per-round ratios, 2", p)
 	}
 	// A round whose quantile had too few samples has no ratio.
 	if p := pairRatios([]float64{2, 0, 3}, []float64{1, 1, 0}); p.Rounds != 1 || p.Median != 2 {

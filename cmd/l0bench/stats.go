@@ -99,6 +99,8 @@ func (p paired) String() string {
 // num formats a figure with three significant digits or so.
 func num(v float64) string {
 	switch a := math.Abs(v); {
+	case v == math.Trunc(v) && a < 1e12:
+		return fmt.Sprintf("%.0f", v)
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:
