@@ -17,9 +17,26 @@ type appendParams struct {
 	appenders  int
 	recordSize int
 	batch      int
+	// size is the bytes of a batch when its records are not all recordSize (the
+	// JSON events of mixed and lag); 0: recordSize * batch.
+	size int
 }
 
-func (p appendParams) batchBytes() int { return p.recordSize * p.batch }
+func (p appendParams) batchBytes() int {
+	if p.size > 0 {
+		return p.size
+	}
+	return p.recordSize * p.batch
+}
+
+// sized returns p with the size of the batch recs.
+func (p appendParams) sized(recs [][]byte) appendParams {
+	p.size = 0
+	for _, r := range recs {
+		p.size += len(r)
+	}
+	return p
+}
 
 // payloads returns one batch of records per appender, random so nothing downstream
 // compresses it away.
@@ -39,10 +56,31 @@ func (p appendParams) payloads() [][][]byte {
 	return out
 }
 
-// timing is how a run is measured: it warms up for warmup — and an l0 run until it
-// has sealed something too, at most maxWarmup in all — then measures for window.
+// timing is how a run is measured: it warms up (see warmedUp), at most maxWarmup,
+// then measures for window.
 type timing struct {
 	warmup, maxWarmup, window time.Duration
+	// warmupBytes is how much a contender whose state grows with what it is given
+	// (l0, pebble) must have acknowledged before its window opens: enough for
+	// pebble's memtable flushes and compactions to fall into their rhythm (its write
+	// stalls start after about 1.5 GB on these machines), for l0's WAL to pass its
+	// 256 MiB seal trigger several times, and for pebble's wal to recycle.
+	warmupBytes int64
+}
+
+// warmedUp reports whether a run of s that has gone on for elapsed, with acked
+// bytes acknowledged, is warm: past the warm-up time, past warmupBytes if s grows
+// state, and for l0 once it has sealed.
+func (t timing) warmedUp(s *sink, elapsed time.Duration, acked int64) bool {
+	switch {
+	case elapsed < t.warmup:
+		return false
+	case s.warmBytes && acked < t.warmupBytes:
+		return false
+	case s.l0 != nil && s.l0.sealState().seals == 0:
+		return false
+	}
+	return true
 }
 
 // window is what one run of a contender did inside its measurement window.
@@ -53,6 +91,7 @@ type window struct {
 	lat     []time.Duration // their ack latencies
 	fsyncs  uint64
 	warmup  time.Duration // how long the run warmed up
+	capped  bool          // the warm-up ended at maxWarmup, not warm
 	// For l0: what it sealed in the window and what it left unsealed.
 	sealed, appended         uint64 // record bytes
 	backlogStart, backlogEnd uint64
@@ -74,10 +113,11 @@ func (w window) appendsPerSync() float64 {
 // about 1 when seals keep pace with appends.
 func (w window) sealedShare() float64 { return ratio(float64(w.sealed), float64(w.appended)) }
 
-// measureWindow runs the warm-up and then the window of t beside load, which runs
-// until stop is closed, and returns the window's bounds; snap is called at both
-// ends of the window.
-func measureWindow(ctx context.Context, s *sink, t timing, snap func(end bool), failed <-chan struct{}) (start, end time.Time, warm time.Duration) {
+// measureWindow runs the warm-up and then the window of t beside the load, whose
+// acknowledged bytes acked counts, and returns the window's bounds and how the
+// warm-up went; snap is called at both ends of the window. A zero start means the
+// run failed or was cancelled.
+func measureWindow(ctx context.Context, s *sink, t timing, acked *atomic.Int64, snap func(end bool), failed <-chan struct{}) (start, end time.Time, warm time.Duration, capped bool) {
 	begin := time.Now()
 	sleep := func(d time.Duration) bool {
 		select {
@@ -89,23 +129,22 @@ func measureWindow(ctx context.Context, s *sink, t timing, snap func(end bool), 
 			return false
 		}
 	}
-	if !sleep(t.warmup) {
-		return
-	}
-	if s.l0 != nil {
-		for s.l0.sealState().seals == 0 && time.Since(begin) < t.maxWarmup {
-			if !sleep(20 * time.Millisecond) {
-				return
-			}
+	for !t.warmedUp(s, time.Since(begin), acked.Load()) {
+		if time.Since(begin) >= t.maxWarmup {
+			capped = true
+			break
+		}
+		if !sleep(min(20*time.Millisecond, max(0, t.warmup-time.Since(begin)))) {
+			return
 		}
 	}
 	snap(false)
 	start, warm = time.Now(), time.Since(begin)
 	if !sleep(t.window) {
-		return time.Time{}, time.Time{}, 0
+		return time.Time{}, time.Time{}, 0, false
 	}
 	snap(true)
-	return start, time.Now(), warm
+	return start, time.Now(), warm, capped
 }
 
 // runClosed has p.appenders appenders append to s back to back, each as soon as its
@@ -121,6 +160,7 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 		firstErr error
 		wg       sync.WaitGroup
 		lats     = make([][]time.Duration, p.appenders)
+		acked    atomic.Int64
 	)
 	winStart.Store(1 << 62)
 	winEnd.Store(1 << 62)
@@ -137,6 +177,7 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 					errOnce.Do(func() { firstErr = err; close(failed) })
 					return
 				}
+				acked.Add(int64(p.batchBytes()))
 				if t1 := time.Now().UnixNano(); t1 >= winStart.Load() && t1 < winEnd.Load() {
 					lats[a] = append(lats[a], time.Since(t0))
 				}
@@ -162,7 +203,7 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 		w.fsyncs, w.sealed, w.appended = v.fsyncs-before.fsyncs, v.sealed-before.sealed, v.appended-before.appended
 		w.backlogStart, w.backlogEnd, w.seals, w.sealedBefore = before.backlogStart, v.backlogStart, v.seals-before.seals, before.seals
 	}
-	start, end, warm := measureWindow(ctx, s, t, snap, failed)
+	start, end, warm, capped := measureWindow(ctx, s, t, &acked, snap, failed)
 	close(stop)
 	wg.Wait()
 	if firstErr != nil {
@@ -171,7 +212,10 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 	if err := ctx.Err(); err != nil {
 		return window{}, err
 	}
-	w.elapsed, w.warmup = end.Sub(start), warm
+	if start.IsZero() {
+		return window{}, errors.New("the run ended before its window")
+	}
+	w.elapsed, w.warmup, w.capped = end.Sub(start), warm, capped
 	w.lat = slices.Concat(lats...)
 	w.ops = len(w.lat)
 	w.bytes = int64(w.ops) * int64(p.batchBytes())

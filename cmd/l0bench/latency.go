@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,12 +21,12 @@ var loadFractions = []float64{0.9, 0.75, 0.5, 0.25, 0.1}
 // levelRun is what one contender's run measured at every level.
 type levelRun struct {
 	levels []openLoop
-	seals  uint64 // l0's seals during the levels
+	seals  []uint64 // l0's seals during each level
+	capped bool     // the warm-up ended at its limit, not warm
 }
 
-// runLevels opens k in a fresh directory, offers it the highest load for the
-// warm-up (an l0 run until it has sealed too), then each level in turn: settle,
-// then a window.
+// runLevels opens k in a fresh directory, offers it the highest load until it is
+// warm (timing.warmedUp), then each level in turn: settle, then a window.
 func runLevels(ctx context.Context, dir string, k sinkKind, p appendParams, rates []float64, t timing, win time.Duration) (levelRun, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return levelRun{}, err
@@ -36,28 +37,33 @@ func runLevels(ctx context.Context, dir string, k sinkKind, p appendParams, rate
 		return levelRun{}, err
 	}
 	defer s.close()
+	var run levelRun
 	begin := time.Now()
-	for warm := true; warm; {
-		if _, err := runOpen(ctx, s, p, rates[0], 0, t.warmup/4); err != nil {
+	var acked int64
+	for !t.warmedUp(s, time.Since(begin), acked) {
+		if time.Since(begin) >= t.maxWarmup {
+			run.capped = true
+			break
+		}
+		lv, err := runOpen(ctx, s, p, rates[0], 0, min(time.Second, max(t.warmup/4, 50*time.Millisecond)))
+		if err != nil {
 			return levelRun{}, err
 		}
-		elapsed := time.Since(begin)
-		warm = elapsed < t.warmup || (s.l0 != nil && s.l0.sealState().seals == 0 && elapsed < t.maxWarmup)
-	}
-	var run levelRun
-	var before sealState
-	if s.l0 != nil {
-		before = s.l0.sealState()
+		acked += int64(len(lv.lat)) * int64(p.batchBytes())
 	}
 	for _, rate := range rates {
+		var before sealState
+		if s.l0 != nil {
+			before = s.l0.sealState()
+		}
 		lv, err := runOpen(ctx, s, p, rate, win/8, win)
 		if err != nil {
 			return levelRun{}, fmt.Errorf("latency %s at %.1f MB/s: %w", k.label(), rate, err)
 		}
 		run.levels = append(run.levels, lv)
-	}
-	if s.l0 != nil {
-		run.seals = s.l0.sealState().seals - before.seals
+		if s.l0 != nil {
+			run.seals = append(run.seals, s.l0.sealState().seals-before.seals)
+		}
 	}
 	return run, nil
 }
@@ -73,6 +79,7 @@ type levelFigures struct {
 	P99Ms        spread    `json:"p99_ms"`
 	Pooled       latencies `json:"pooled"`
 	TimerLate    latencies `json:"generator_timer_late"`
+	Seals        *spread   `json:"seals,omitempty"` // l0's, in each round's level
 }
 
 func summarizeLevel(f float64, runs []levelRun, i int) levelFigures {
@@ -90,8 +97,13 @@ func summarizeLevel(f float64, runs []levelRun, i int) levelFigures {
 			p99 = append(p99, *l.P99Ms)
 		}
 	}
-	return levelFigures{Fraction: f, OfferedMBps: runs[0].levels[i].offered, AchievedMBps: spreadOf(achieved),
+	lf := levelFigures{Fraction: f, OfferedMBps: runs[0].levels[i].offered, AchievedMBps: spreadOf(achieved),
 		P50Ms: spreadOf(p50), P99Ms: spreadOf(p99), Pooled: summarizeLatencies(all), TimerLate: summarizeLatencies(late)}
+	if len(runs[0].seals) > 0 {
+		seals := spreadOf(each(runs, func(r levelRun) float64 { return float64(r.seals[i]) }))
+		lf.Seals = &seals
+	}
+	return lf
 }
 
 // levelLats is every round's latencies at level i.
@@ -111,15 +123,19 @@ func levelLats(runs []levelRun, i int) [][]time.Duration {
 func latencyScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
 	p := appendParams{appenders: cfg.appenders, recordSize: cfg.recordSize, batch: cfg.batch}
 	const shards = 64
-	rounds := min(cfg.rounds, latencyRounds)
+	rounds := cfg.longRounds
 	kinds := []sinkKind{l0Kind(shards, cfg.l0Seal), bestRawKind}
-	prog := newProgress("latency", 1+rounds*len(kinds))
-	sat, err := runAppendOnce(ctx, filepath.Join(root, "latency-saturation"), l0Kind(shards, cfg.l0Seal), p, cfg.timing)
-	if err != nil {
-		return err
+	prog := newProgress("latency", saturationRuns+rounds*len(kinds))
+	var sats []float64
+	for r := range saturationRuns {
+		sat, err := runAppendOnce(ctx, filepath.Join(root, fmt.Sprint("latency-saturation-", r)), l0Kind(shards, cfg.l0Seal), p, cfg.timing)
+		if err != nil {
+			return err
+		}
+		sats = append(sats, sat.mbps())
+		prog.step()
 	}
-	prog.step()
-	saturation := sat.mbps()
+	saturation := middle(sats)
 	rates := make([]float64, len(loadFractions))
 	for i, f := range loadFractions {
 		rates[i] = f * saturation
@@ -153,22 +169,33 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 		return err
 	}
 
-	fmt.Fprintf(out, "latency · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (closed loop, steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level · %d seals of l0 during the levels (median)\n",
-		p.recordSize, p.batch, p.appenders, shards, saturation, rounds, cfg.latencyWindow, int(middle(each(l0Runs, func(r levelRun) float64 { return float64(r.seals) }))))
+	fmt.Fprintf(out, "latency · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (median of %d closed-loop runs in steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level, highest first, after a warm-up at the highest\n",
+		p.recordSize, p.batch, p.appenders, shards, saturation, saturationRuns, rounds, cfg.latencyWindow)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
+	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 seals\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
+	unsealed := false
 	for i, f := range loadFractions {
 		l, r := l0Levels[i], rawLevels[i]
 		pct := fmt.Sprintf("%.0f", 100*f)
-		fmt.Fprintf(tw, "%s%%\t%.1f\t%s\t%s\t%s\t%s (n=%d)\t%s\t%s\t%s\t%s\t%s\t\n", pct, l.OfferedMBps, num(l.AchievedMBps.Median),
-			num(l.P50Ms.Median), num(l.P99Ms.Median), cell(l.Pooled.P999Ms), l.Pooled.Samples, num(r.P50Ms.Median), num(r.P99Ms.Median),
+		fmt.Fprintf(tw, "%s%%\t%.1f\t%s\t%s\t%s\t%s\t%s (n=%d)\t%s\t%s\t%s\t%s\t%s\t\n", pct, l.OfferedMBps, l.AchievedMBps.median(), l.Seals.median(),
+			l.P50Ms.median(), l.P99Ms.median(), cell(l.Pooled.P999Ms), l.Pooled.Samples, r.P50Ms.median(), r.P99Ms.median(),
 			ratios["p50_at_"+pct+"pct_vs_"+bestRaw], ratios["p99_at_"+pct+"pct_vs_"+bestRaw], cell(l.TimerLate.P99Ms))
+		unsealed = unsealed || l.Seals.Min == 0
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, t := range targets {
 		fmt.Fprintln(out, t)
+	}
+	if unsealed {
+		fmt.Fprintln(out, "note: in some rounds l0 sealed nothing during a level, so that level does not show what seals cost")
+	}
+	for _, rs := range runs {
+		if slices.ContainsFunc(rs, func(r levelRun) bool { return r.capped }) {
+			fmt.Fprintf(out, "note: a warm-up ended at its limit (%s) before the run was warm\n", cfg.timing.maxWarmup)
+			break
+		}
 	}
 	fmt.Fprintf(out, "latencies in ms; quantiles are medians of rounds, p99.9 of every round's samples pooled, \"-\" where there were too few samples · chart: %s\n\n", svgPath)
 	return emit(results, resultLine{
@@ -182,9 +209,9 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 	})
 }
 
-// latencyRounds is at most how many rounds the latency scenario runs: each round
-// runs every level for both contenders.
-const latencyRounds = 3
+// saturationRuns is how many steady-state closed-loop runs of l0 the latency
+// scenario takes the median saturation of.
+const saturationRuns = 2
 
 // latencySVG draws l0's p50, p99 and p99.9 and the best raw writer's p50 and p99
 // (dashed) against offered load, on a log latency axis.

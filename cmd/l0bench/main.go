@@ -93,6 +93,7 @@ type config struct {
 	dir           string
 	results       string
 	rounds        int
+	longRounds    int    // of the long scenarios: append, latency, mixed
 	timing        timing // of the closed-loop append runs
 	latencyWindow time.Duration
 	mixedFor      time.Duration
@@ -120,6 +121,8 @@ func main() {
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
 	flag.IntVar(&cfg.rounds, "rounds", 5, "rounds: each contender runs once per round, in an order rotated each round")
+	flag.IntVar(&cfg.longRounds, "long-rounds", 3, "rounds of the long scenarios (append, latency, mixed)")
+	flag.Int64Var(&cfg.timing.warmupBytes, "warmup-bytes", appendTiming.warmupBytes, "append and latency: bytes l0 and pebble must have acknowledged before a window opens")
 	flag.DurationVar(&cfg.timing.warmup, "warmup", appendTiming.warmup, "append: warm-up before each measurement window (l0 warms up until it has sealed too)")
 	flag.DurationVar(&cfg.timing.window, "window", appendTiming.window, "append: measurement window of each run")
 	flag.DurationVar(&cfg.latencyWindow, "latency-window", 2*time.Second, "latency: measurement window of each load level")
@@ -146,8 +149,8 @@ func main() {
 	if cfg.quick {
 		cfg.quicken()
 	}
-	if cfg.rounds < 1 || cfg.appenders < 1 || cfg.recordSize < 1 || cfg.batch < 1 || cfg.timing.window <= 0 || cfg.latencyWindow <= 0 {
-		fatalf("-rounds, -appenders, -record-size, -batch, -window and -latency-window must be positive")
+	if cfg.rounds < 1 || cfg.longRounds < 1 || cfg.appenders < 1 || cfg.recordSize < 1 || cfg.batch < 1 || cfg.timing.window <= 0 || cfg.latencyWindow <= 0 {
+		fatalf("-rounds, -long-rounds, -appenders, -record-size, -batch, -window and -latency-window must be positive")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -184,7 +187,7 @@ func main() {
 
 // quicken makes every scenario short and small, for smoke tests.
 func (c *config) quicken() {
-	c.rounds = min(c.rounds, 2)
+	c.rounds, c.longRounds = min(c.rounds, 2), min(c.longRounds, 2)
 	c.timing = timing{warmup: 100 * time.Millisecond, maxWarmup: time.Second, window: 300 * time.Millisecond}
 	c.latencyWindow = 200 * time.Millisecond
 	c.mixedFor, c.lagFor = 500*time.Millisecond, time.Second

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // quickConfig is a -quick configuration of scenarios writing to a temporary
 // directory and results file.
 func quickConfig(t *testing.T, scenarios ...string) config {
-	cfg := config{scenarios: scenarios, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "results.jsonl"), rounds: 2,
+	cfg := config{scenarios: scenarios, dir: t.TempDir(), results: filepath.Join(t.TempDir(), "results.jsonl"), rounds: 2, longRounds: 2,
 		shards: []int{1, 2}, appenders: 4, recordSize: 1024, batch: 16}
 	cfg.quicken()
 	return cfg

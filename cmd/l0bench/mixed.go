@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -24,9 +25,6 @@ type mixedRun struct {
 	elapsed   time.Duration
 }
 
-// mixedRounds is at most how many rounds the mixed scenario runs.
-const mixedRounds = 3
-
 // mixedScenario runs 8 shards at a steady append rate, in rounds, two ways: alone
 // (no seals, no readers), and mixed — a reader tailing every shard through parts
 // and WAL, seals every 1 MiB onto a local replica, each part copied to the remote —
@@ -39,7 +37,7 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 	}
 	defer g.stop()
 	duration := cfg.mixedFor
-	rounds := min(cfg.rounds, mixedRounds)
+	rounds := cfg.longRounds
 	prog := newProgress("mixed", 2*rounds)
 	runs, err := runRounds(ctx, rounds, 2, prog, func(r, i int) (mixedRun, error) {
 		return runMixed(ctx, filepath.Join(root, fmt.Sprintf("mixed-r%d-c%d", r, i)), g, duration, i == 1)
@@ -94,6 +92,7 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 // scenario's generator, after a settling second, and, when mixed, a reader tailing
 // each shard while seals and copies run.
 func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration, mixed bool) (mixedRun, error) {
+	defer os.RemoveAll(dir)
 	local, err := localBucket(filepath.Join(dir, "local"))
 	if err != nil {
 		return mixedRun{}, err
@@ -104,6 +103,7 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 		return mixedRun{}, err
 	}
 	defer remoteBucket.Close()
+	defer g.discard(ctx, remoteBucket)
 	var run mixedRun
 	var mu sync.Mutex
 	opts := engine.Options{
@@ -132,6 +132,7 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 		}
 	}
 	recs := events(p.batch, p.recordSize, 6)
+	p = p.sized(recs)
 	s := &sink{append: func(w int) error {
 		_, err := handles[w%shards].Append(ctx, recs...)
 		return err

@@ -109,6 +109,7 @@ func runBackfill(ctx context.Context, dir string, g *remote, h history) (time.Du
 		return 0, err
 	}
 	defer remote.Close()
+	defer g.discard(ctx, remote)
 	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local", Registerer: engineRegisterer("backfill"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remote}}})
 	if err != nil {
@@ -147,6 +148,7 @@ func runRawBackfill(ctx context.Context, g *remote, h history) (time.Duration, e
 		return 0, err
 	}
 	defer remote.Close()
+	defer g.discard(ctx, remote)
 	start := time.Now()
 	err = forEach(len(h.parts), uploadWorkers, func(i int) error { return copyPart(ctx, local, remote, h.parts[i]) })
 	if err == nil {
@@ -276,6 +278,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		return err
 	}
 	defer remote.Close()
+	defer g.discard(ctx, remote)
 	rounds := cfg.rounds
 	cuts := make([]lagSlice, rounds)
 	var mu sync.Mutex
@@ -312,6 +315,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	}
 	p := appendParams{appenders: shards, recordSize: recordSize, batch: 16}
 	recs := events(p.batch, p.recordSize, 4)
+	p = p.sized(recs)
 	s := &sink{append: func(w int) error {
 		_, err := handles[w%shards].Append(ctx, recs...)
 		return err

@@ -18,20 +18,35 @@ import (
 // ratio of the medians; and every ratio of every result line the scenarios write
 // carries its per-round values, consistent with its median, min and max.
 func TestEveryRatioIsPairedByRound(t *testing.T) {
-	var ran [][]int
-	_, err := runRounds(t.Context(), 3, 3, newProgress("test", 9), func(r, i int) (int, error) {
-		if len(ran) <= r {
-			ran = append(ran, nil)
+	for _, c := range []struct{ n, rounds int }{{2, 5}, {3, 3}, {8, 5}, {8, 4}} {
+		var ran [][]int
+		_, err := runRounds(t.Context(), c.rounds, c.n, newProgress("test", c.n*c.rounds), func(r, i int) (int, error) {
+			if len(ran) <= r {
+				ran = append(ran, nil)
+			}
+			ran[r] = append(ran[r], i)
+			return 0, nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		ran[r] = append(ran[r], i)
-		return 0, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for r, o := range ran {
-		if want := order(3, r); !slices.Equal(o, want) || o[0] != r {
-			t.Fatalf("round %d ran %v, want %v, starting with %d", r, o, want, r)
+		firsts, follows := map[int]bool{}, map[[2]int]int{}
+		for r, o := range ran {
+			if sorted := slices.Sorted(slices.Values(o)); !slices.Equal(sorted, order(c.n, 0, 1)) {
+				t.Fatalf("%d contenders, round %d ran %v: not each once", c.n, r, o)
+			}
+			firsts[o[0]] = true
+			for i := 1; i < len(o); i++ {
+				follows[[2]int{o[i-1], o[i]}]++
+			}
+		}
+		if want := min(c.n, c.rounds); len(firsts) != want {
+			t.Fatalf("%d contenders in %d rounds: %d different first contenders, want %d: %v", c.n, c.rounds, len(firsts), want, ran)
+		}
+		for pair, k := range follows {
+			if c.n > 2 && k == c.rounds {
+				t.Fatalf("%d contenders: %d always follows %d: %v", c.n, pair[1], pair[0], ran)
+			}
 		}
 	}
 
@@ -41,7 +56,7 @@ func TestEveryRatioIsPairedByRound(t *testing.T) {
 		t.Fatalf("paired %+v, want the median of per-round ratios, 2", p)
 	}
 	// A round whose quantile had too few samples has no ratio.
-	if p := pairRatios([]float64{2, 0, 3}, []float64{1, 1, 0}); p.Rounds != 1 || p.Median != 2 {
+	if p := pairRatios([]float64{2, 0, 3}, []float64{1, 1, 0}); p.Rounds != 1 || p.Median != 2 || !slices.Equal(p.Skipped, []int{1, 2}) {
 		t.Fatalf("paired %+v, want only the first round", p)
 	}
 
@@ -59,7 +74,7 @@ func TestEveryRatioIsPairedByRound(t *testing.T) {
 			t.Fatalf("%s: no ratios", l.Scenario)
 		}
 		for name, r := range l.Ratios {
-			if r.Rounds != len(r.PerRound) || r.Rounds != cfg.rounds {
+			if r.Rounds != len(r.PerRound) || r.Rounds+len(r.Skipped) != cfg.rounds {
 				t.Fatalf("%s %s: %d rounds, %d per-round values, want %d", l.Scenario, name, r.Rounds, len(r.PerRound), cfg.rounds)
 			}
 			if m := middle(slices.Clone(r.PerRound)); math.Abs(m-r.Median) > 1e-12 || r.Min != slices.Min(r.PerRound) || r.Max != slices.Max(r.PerRound) {

@@ -152,6 +152,7 @@ func appendAll(ctx context.Context, sh *shard.Shard, recs [][]byte) error {
 // runSeal times one seal of recs, appended first, into a part on a local-directory
 // bucket.
 func runSeal(ctx context.Context, dir string, recs [][]byte) (time.Duration, error) {
+	defer os.RemoveAll(dir)
 	bucket, err := localBucket(filepath.Join(dir, "bucket"))
 	if err != nil {
 		return 0, err
@@ -194,11 +195,13 @@ func runZstd(enc *zstd.Encoder, recs [][]byte) time.Duration {
 // its backlog is sealed; and, as the baseline, times a direct seal of the same
 // backlog on an engine of its own: first, with directFirst.
 func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, directFirst bool) (open, direct time.Duration, err error) {
+	defer os.RemoveAll(dir)
 	bucket, err := g.newBucket(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer bucket.Close()
+	defer g.discard(ctx, bucket)
 	runDirect := func() error {
 		e, sh, err := backlog(ctx, filepath.Join(dir, "direct"), bucket, "direct", recs)
 		if err != nil {
@@ -248,6 +251,17 @@ func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, dir
 		}
 	}
 	return open, direct, nil
+}
+
+// discard deletes every object of b, a bucket of a round that is over, so that an
+// in-process emulator does not carry every earlier round's objects in its heap.
+func (g *remote) discard(ctx context.Context, b *substrate.Bucket) {
+	for e, err := range b.ListAll(ctx, "") {
+		if err != nil {
+			return
+		}
+		b.Delete(ctx, e.Key)
+	}
 }
 
 func (g *remote) newS3Bucket(ctx context.Context) (*substrate.Bucket, error) {

@@ -11,18 +11,30 @@ import (
 // How rounds are run and summarized.
 //
 // Every scenario runs its contenders in rounds. Within a round each contender runs
-// once, in an order rotated by one place each round, so that no contender always
-// runs first on a fresh page cache or last on a tired disk. A figure is reported as
-// the median of its rounds with their min and max; a ratio of a contender to its
-// baseline is the median of the per-round ratios (each compares two runs a moment
-// apart, so a machine that slows down for a while moves both sides), again with min
-// and max, and the per-round values are in the results file.
+// once, in an order that changes from round to round (see order), so that no
+// contender always runs first on a fresh page cache, last on a tired disk, or
+// right after the same neighbour. A figure is reported as the median of its rounds
+// with their min and max; a ratio of a contender to its baseline is the median of
+// the per-round ratios (each compares two runs a moment apart, so a machine that
+// slows down for a while moves both sides), again with min and max, and the
+// per-round values are in the results file.
 
-// order is the order in which n contenders run in round r: 0..n-1 rotated by r.
-func order(n, r int) []int {
+// order is the order in which n contenders run in round r of rounds: the round
+// starts at a contender chosen so that the starts spread evenly over the n, and
+// goes up from it (0, 1, 2 ...) or, in every other round with more than two
+// contenders, down (0, n-1, n-2 ...), so that each has different neighbours too.
+func order(n, r, rounds int) []int {
+	shift := r % n
+	if rounds < n {
+		shift = r * n / rounds
+	}
 	out := make([]int, n)
 	for i := range out {
-		out[i] = (i + r) % n
+		if n > 2 && r%2 == 1 {
+			out[i] = (shift - i + n) % n
+		} else {
+			out[i] = (i + shift) % n
+		}
 	}
 	return out
 }
@@ -35,7 +47,7 @@ func runRounds[T any](ctx context.Context, rounds, n int, prog *progress, run fu
 		out[i] = make([]T, rounds)
 	}
 	for r := range rounds {
-		for _, i := range order(n, r) {
+		for _, i := range order(n, r, rounds) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -65,27 +77,43 @@ func spreadOf(vs []float64) spread {
 	return spread{Median: middle(slices.Clone(vs)), Min: slices.Min(vs), Max: slices.Max(vs), Rounds: len(vs)}
 }
 
-// String is "median (min-max)".
+// String is "median (min-max)", or "-" without a round.
 func (s spread) String() string {
+	if s.Rounds == 0 {
+		return "-"
+	}
 	return fmt.Sprintf("%s (%s-%s)", num(s.Median), num(s.Min), num(s.Max))
+}
+
+// median is the median alone, or "-" without a round.
+func (s spread) median() string {
+	if s.Rounds == 0 {
+		return "-"
+	}
+	return num(s.Median)
 }
 
 // paired is a ratio of a contender to its baseline, round by round.
 type paired struct {
 	spread
 	PerRound []float64 `json:"per_round"`
+	// Skipped are the rounds (from 0) with no ratio, left out of PerRound.
+	Skipped []int `json:"skipped_rounds,omitempty"`
 }
 
 // pairRatios is num[r]/den[r] for every round r, summarized. A round in which
 // either side is 0 — a quantile with too few samples behind it — has no ratio.
 func pairRatios(num, den []float64) paired {
-	var rs []float64
+	var p paired
 	for r := range min(len(num), len(den)) {
 		if num[r] != 0 && den[r] != 0 {
-			rs = append(rs, num[r]/den[r])
+			p.PerRound = append(p.PerRound, num[r]/den[r])
+		} else {
+			p.Skipped = append(p.Skipped, r)
 		}
 	}
-	return paired{spread: spreadOf(rs), PerRound: rs}
+	p.spread = spreadOf(p.PerRound)
+	return p
 }
 
 // String is "0.91x (0.85-0.97)".
@@ -126,15 +154,16 @@ func middle[T time.Duration | float64](vs []T) T {
 // minSamples is how many samples a q-quantile needs before it is reported: ten
 // beyond it (20 for p50, 1,000 for p99, 10,000 for p99.9). A p99 of 20 samples is
 // their maximum, not a p99.
-func minSamples(q float64) int { return int(math.Ceil(10 / (1 - q))) }
+func minSamples(q float64) int { return int(math.Round(10 / (1 - q))) }
 
-// quantile returns the q-quantile of ds, and false when ds has too few samples for
-// it. ds must be sorted.
+// quantile returns the q-quantile of ds — the smallest sample with at least q of
+// the samples at or below it — and false when ds has too few samples for it. ds
+// must be sorted.
 func quantile(ds []time.Duration, q float64) (time.Duration, bool) {
 	if len(ds) < minSamples(q) {
 		return 0, false
 	}
-	return ds[min(len(ds)-1, int(q*float64(len(ds))))], true
+	return ds[max(0, int(math.Ceil(q*float64(len(ds))))-1)], true
 }
 
 // latencies summarizes a set of latency samples. A quantile with too few samples

@@ -31,6 +31,9 @@ type sink struct {
 	syncs  func() uint64     // fsyncs so far
 	close  func() error
 	l0     *l0Shards // for l0: its seals are measured beside its appends
+	// warmBytes marks a contender whose state grows with what it is given, which
+	// warms up by bytes as well as by time (timing.warmupBytes).
+	warmBytes bool
 }
 
 // sinkKind is a contender of the append and latency scenarios.
@@ -272,6 +275,7 @@ func openPebbleWAL(_ context.Context, dir string, p appendParams) (*sink, error)
 			wg.Wait()
 			return syncErr
 		},
+		warmBytes: true,
 		syncs: func() uint64 {
 			var c dto.Metric
 			if fsyncs.Write(&c) != nil {
@@ -345,8 +349,9 @@ func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sin
 				}
 				return db.Apply(b, pebble.Sync)
 			},
-			syncs: func() uint64 { return wal.PebbleSyncs(db) },
-			close: db.Close,
+			syncs:     func() uint64 { return wal.PebbleSyncs(db) },
+			warmBytes: true,
+			close:     db.Close,
 		}, nil
 	}
 }
@@ -382,9 +387,10 @@ func openL0(ctx context.Context, dir string, p appendParams, shards int, trigger
 			_, err := handles.shards[w%shards].Append(ctx, payloads[w]...)
 			return err
 		},
-		syncs: func() uint64 { return handles.engine.Metrics().WALFsyncs },
-		close: func() error { closeAll(); return nil },
-		l0:    &handles,
+		syncs:     func() uint64 { return handles.engine.Metrics().WALFsyncs },
+		close:     func() error { closeAll(); return nil },
+		l0:        &handles,
+		warmBytes: true,
 	}, nil
 }
 
