@@ -17,10 +17,13 @@ import (
 
 // appendKinds are the append scenario's contenders: the best raw writer (the limit
 // the others are judged against), the old serial raw writer, pebble's log layer,
-// pebble DB written as l0 writes and, as a labelled extra, as l0bench once wrote
-// it, and l0 at each shard count.
-func appendKinds(shardCounts []int, triggers seal.Options) []sinkKind {
-	ks := []sinkKind{bestRawKind, serialKind, walKind, oneKeyKind, keys16Kind}
+// pebble DB written as l0 writes and, with extras, as l0bench once wrote it (16
+// keys per append), and l0 at each shard count.
+func appendKinds(shardCounts []int, triggers seal.Options, extras bool) []sinkKind {
+	ks := []sinkKind{bestRawKind, serialKind, walKind, oneKeyKind}
+	if extras {
+		ks = append(ks, keys16Kind)
+	}
 	for _, n := range shardCounts {
 		ks = append(ks, l0Kind(n, triggers))
 	}
@@ -153,7 +156,7 @@ func judgeAppends(kinds []sinkKind, vsBest []paired) string {
 }
 
 func appendScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
-	return runAppends(ctx, cfg, appendKinds(cfg.shards, cfg.l0Seal), root, out, results)
+	return runAppends(ctx, cfg, appendKinds(cfg.shards, cfg.l0Seal, cfg.extras), root, out, results)
 }
 
 // runAppends runs the append scenario with the contenders kinds, the best raw

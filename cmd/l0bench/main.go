@@ -17,7 +17,7 @@
 //	                while the previous write + fdatasync runs, on a preallocated
 //	                reused file), the old serial raw writer, pebble's wal with
 //	                recycled files, pebble DB synced with one key per append (and,
-//	                as an extra, 16), and l0 on each -shards count with its default
+//	                with -pebble-16-keys, 16), and l0 on each -shards count with its default
 //	                seal triggers. Each run warms up (l0 until it has sealed) and
 //	                measures a -window; l0's sealed bytes over appended bytes and
 //	                its backlog are reported. A contender faster than the best raw
@@ -99,6 +99,7 @@ type config struct {
 	mixedFor      time.Duration
 	lagFor        time.Duration
 	quick         bool
+	extras        bool // append: pebble DB with 16 keys per append too
 	l0Seal        seal.Options // l0's seal triggers in append and latency; zero: the defaults
 	shards        []int
 	appenders     int
@@ -128,6 +129,7 @@ func main() {
 	flag.DurationVar(&cfg.latencyWindow, "latency-window", 2*time.Second, "latency: measurement window of each load level")
 	flag.DurationVar(&cfg.mixedFor, "mixed-for", 4*time.Second, "mixed: measured time of each run, after a settling second")
 	flag.DurationVar(&cfg.lagFor, "lag-for", 15*time.Second, "lag: time under load, split into -rounds slices")
+	flag.BoolVar(&cfg.extras, "pebble-16-keys", false, "append: add pebble DB with one key per record (16 per append), as l0bench once measured it")
 	flag.BoolVar(&cfg.quick, "quick", false, "short windows and small data, for a smoke test: the figures mean little")
 	flag.StringVar(&shards, "shards", "1,8,64", "append: shard counts")
 	flag.IntVar(&cfg.appenders, "appenders", 64, "append: concurrent appenders")

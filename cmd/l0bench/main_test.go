@@ -62,11 +62,12 @@ func resultLines(t *testing.T, cfg config) []resultLine {
 // figures, every baseline and the ratios to each.
 func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *testing.T) {
 	cfg := quickConfig(t, "append")
+	cfg.extras = true
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range appendKinds(cfg.shards, cfg.l0Seal) {
+	for _, k := range appendKinds(cfg.shards, cfg.l0Seal, true) {
 		if !strings.Contains(out.String(), k.name) {
 			t.Errorf("table lacks %q:\n%s", k.name, out.String())
 		}
