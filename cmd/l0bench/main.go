@@ -99,7 +99,7 @@ type config struct {
 	mixedFor      time.Duration
 	lagFor        time.Duration
 	quick         bool
-	extras        bool // append: pebble DB with 16 keys per append too
+	extras        bool         // append: pebble DB with 16 keys per append too
 	l0Seal        seal.Options // l0's seal triggers in append and latency; zero: the defaults
 	shards        []int
 	appenders     int
