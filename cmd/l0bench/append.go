@@ -245,14 +245,13 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 			},
 			Figures:   figs[i],
 			Baselines: baselines,
-			Ratios: map[string]paired{
-				"mb_per_s_vs_" + bestRaw:      vsBest[i],
-				"mb_per_s_vs_" + serialRaw:    vs(i, serialRaw),
-				"mb_per_s_vs_" + pebbleWAL:    vs(i, pebbleWAL),
-				"mb_per_s_vs_" + pebbleOneKey: vs(i, pebbleOneKey),
-				"mb_per_s_vs_" + pebble16Keys: vs(i, pebble16Keys),
-			},
-			Invalid: invalid,
+			Ratios:    map[string]paired{},
+			Invalid:   invalid,
+		}
+		for _, b := range kinds {
+			if b.shards == 0 {
+				line.Ratios["mb_per_s_vs_"+b.key] = vs(i, b.key)
+			}
 		}
 		if i == len(kinds)-1 {
 			line.Targets = targets
