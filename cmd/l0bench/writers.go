@@ -316,6 +316,12 @@ type walEvents struct{}
 
 func (walEvents) LogCreated(pebblewal.CreateInfo) {}
 
+// pebbleKeep is how many of its latest appends each appender of the pebble DB
+// contender keeps; older ones are deleted by range every pebbleKeep/4 appends, as
+// l0 truncates what it has sealed, so that pebble's tree holds what l0's WAL holds
+// (with 64 appenders of 16 KiB, 256 MiB) instead of growing for the whole run.
+const pebbleKeep = 256
+
 // openPebbleDB commits each batch to a pebble DB, synced, with the options l0's WAL
 // uses: as one key per append, as l0 writes a page, or (keys16) one key per record.
 func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sink, error) {
@@ -330,24 +336,33 @@ func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sin
 		}
 		payloads, bufs := p.payloads(), rawBatches(p)
 		seq := make([]uint64, p.appenders)
+		key := func(w int, n uint64) []byte {
+			return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint16(nil, uint16(w)), n)
+		}
 		return &sink{
 			append: func(w int) error {
 				b := db.NewBatch()
 				defer b.Close()
-				key := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint16(nil, uint16(w)), seq[w])
+				n := seq[w]
 				seq[w]++
 				if !keys16 {
-					if err := b.Set(key, bufs[w], nil); err != nil {
+					if err := b.Set(key(w, n), bufs[w], nil); err != nil {
 						return err
 					}
-					return db.Apply(b, pebble.Sync)
-				}
-				for i, r := range payloads[w] {
-					if err := b.Set(append(key, byte(i)), r, nil); err != nil {
-						return err
+				} else {
+					for i, r := range payloads[w] {
+						if err := b.Set(append(key(w, n), byte(i)), r, nil); err != nil {
+							return err
+						}
 					}
 				}
-				return db.Apply(b, pebble.Sync)
+				if err := db.Apply(b, pebble.Sync); err != nil {
+					return err
+				}
+				if n >= pebbleKeep && n%(pebbleKeep/4) == 0 {
+					return db.DeleteRange(key(w, 0), key(w, n-pebbleKeep), pebble.NoSync)
+				}
+				return nil
 			},
 			syncs:     func() uint64 { return wal.PebbleSyncs(db) },
 			warmBytes: true,
