@@ -102,7 +102,6 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 	if err != nil {
 		return mixedRun{}, err
 	}
-	defer remoteBucket.Close()
 	defer g.discard(ctx, remoteBucket)
 	var run mixedRun
 	var mu sync.Mutex

@@ -108,7 +108,6 @@ func runBackfill(ctx context.Context, dir string, g *remote, h history) (time.Du
 	if err != nil {
 		return 0, err
 	}
-	defer remote.Close()
 	defer g.discard(ctx, remote)
 	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local", Registerer: engineRegisterer("backfill"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remote}}})
@@ -147,7 +146,6 @@ func runRawBackfill(ctx context.Context, g *remote, h history) (time.Duration, e
 	if err != nil {
 		return 0, err
 	}
-	defer remote.Close()
 	defer g.discard(ctx, remote)
 	start := time.Now()
 	err = forEach(len(h.parts), uploadWorkers, func(i int) error { return copyPart(ctx, local, remote, h.parts[i]) })
@@ -277,7 +275,6 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	if err != nil {
 		return err
 	}
-	defer remote.Close()
 	defer g.discard(ctx, remote)
 	rounds := cfg.rounds
 	cuts := make([]lagSlice, rounds)

@@ -200,7 +200,6 @@ func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, dir
 	if err != nil {
 		return 0, 0, err
 	}
-	defer bucket.Close()
 	defer g.discard(ctx, bucket)
 	runDirect := func() error {
 		e, sh, err := backlog(ctx, filepath.Join(dir, "direct"), bucket, "direct", recs)
@@ -253,9 +252,11 @@ func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, dir
 	return open, direct, nil
 }
 
-// discard deletes every object of b, a bucket of a round that is over, so that an
-// in-process emulator does not carry every earlier round's objects in its heap.
+// discard deletes every object of b, a bucket of a round that is over, and closes
+// it, so that an in-process emulator does not carry every earlier round's objects
+// in its heap.
 func (g *remote) discard(ctx context.Context, b *substrate.Bucket) {
+	defer b.Close()
 	for e, err := range b.ListAll(ctx, "") {
 		if err != nil {
 			return
