@@ -11,10 +11,12 @@ test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5s ./internal/part/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeWithValidChecksums -fuzztime 5s ./internal/part/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5s ./internal/tail/
 
-# The part decoder's fuzz target for longer than make test's 5 s.
+# The part and tail decoders' fuzz targets for longer than make test's 5 s.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5m ./internal/part/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5m ./internal/tail/
 
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
