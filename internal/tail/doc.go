@@ -40,6 +40,9 @@
 // Keys are Key(instance, incarnation, sequence): under tail/, one stream per
 // instance incarnation, sequences from 0, written with put-if-absent and never
 // overwritten. A zero-byte object at a sequence is a fence: whoever wrote it has
-// ended the stream there, and the incarnation that wrote the stream may write no
-// object at or after it. Decoders report a zero-byte object as ErrFence.
+// ended the stream there. The writer puts its objects in sequence order and stops
+// at the first sequence it finds taken, so the lowest fence is the end of the
+// stream and every sequence below it holds one of the writer's objects (Fence
+// fills the sequences it skips with fences too). Decoders report a zero-byte object
+// as ErrFence.
 package tail

@@ -1,0 +1,230 @@
+package tail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/l0store/l0/substrate"
+)
+
+// ErrFenced reports that a stream met a fence: another owner has ended it, and its
+// writer may ship nothing more in it.
+var ErrFenced = errors.New("tail: stream fenced")
+
+// Stream writes the objects of one incarnation of an instance's tail, one sequence
+// after another, with put-if-absent. It is not safe for concurrent use: one
+// flusher owns it.
+type Stream struct {
+	bucket      *substrate.Bucket
+	instance    string
+	incarnation uint64
+	writer      string
+	next        uint64 // the sequence of the next object
+	// pending is the object whose put failed with an unknown outcome, to be put
+	// again, byte for byte, before anything else.
+	pending []byte
+	fenced  error
+}
+
+// NewStream returns the stream of instance's incarnation on b that continues at
+// sequence next; writer is unique to this process.
+func NewStream(b *substrate.Bucket, instance string, incarnation, next uint64, writer string) *Stream {
+	return &Stream{bucket: b, instance: instance, incarnation: incarnation, next: next, writer: writer}
+}
+
+// Next is the sequence the next Put writes.
+func (s *Stream) Next() uint64 { return s.next }
+
+// Put writes sections as the stream's next object and returns its sequence once
+// it is durable on the bucket.
+//
+// An error other than ErrFenced leaves the outcome unknown (the object may have
+// landed): the caller calls Put again with the same sections, which settles it —
+// the object is the same bytes, and an object already there that is byte for byte
+// this one is this writer's own put whose reply was lost. Put refuses other
+// sections until then. Once a fence (a zero-byte object) or another writer's
+// object holds the sequence, every Put is ErrFenced.
+func (s *Stream) Put(ctx context.Context, sections []Section) (uint64, error) {
+	if s.fenced != nil {
+		return 0, s.fenced
+	}
+	data, err := Encode(Header{Instance: s.instance, Incarnation: s.incarnation, Sequence: s.next, Writer: s.writer}, sections)
+	if err != nil {
+		return 0, err
+	}
+	if s.pending != nil && !bytes.Equal(data, s.pending) {
+		return 0, fmt.Errorf("%w: the put of sequence %d is not settled; put the same sections again", ErrInvalid, s.next)
+	}
+	key := Key(s.instance, s.incarnation, s.next)
+	_, created, err := s.bucket.PutIfAbsentBytes(ctx, key, data)
+	if err != nil {
+		s.pending = data
+		return 0, fmt.Errorf("tail: put %s: %w", key, err)
+	}
+	if !created {
+		there, _, err := s.bucket.Get(ctx, key)
+		if err != nil {
+			s.pending = data
+			return 0, fmt.Errorf("tail: put %s: an object is there: %w", key, err)
+		}
+		if !bytes.Equal(there, data) {
+			what := "another writer's object"
+			if len(there) == 0 {
+				what = "a fence"
+			}
+			s.fenced = fmt.Errorf("%w: %s holds %s", ErrFenced, what, key)
+			return 0, s.fenced
+		}
+	}
+	s.pending = nil
+	seq := s.next
+	s.next++
+	return seq, nil
+}
+
+// streamPrefix is the key prefix of one incarnation's objects.
+func streamPrefix(instance string, incarnation uint64) string {
+	k := Key(instance, incarnation, 0)
+	return k[:strings.LastIndexByte(k, '/')+1]
+}
+
+// Fence ends the instance's stream incarnation at or after sequence from and
+// returns where: the lowest fence (zero-byte object) in the stream, with every
+// sequence from from up to it holding the writer's objects, so that a reader of
+// [from, fence) reads everything the writer can ever have been told is durable.
+// met reports that the fence was there already (another fencer's, or this one's
+// whose reply was lost): Fence is idempotent and safe to retry after an error.
+//
+// A writer that keeps winning the next sequence cannot starve it: each lost race
+// doubles how far ahead the next fence goes, and the sequences skipped are then
+// filled with fences from the top down until the writer's last object.
+func Fence(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64) (seq uint64, met bool, err error) {
+	// A listing skips the objects already written; the put-if-absent calls below
+	// decide, so a listing that lags is only slower.
+	first := from
+	prefix := streamPrefix(instance, incarnation)
+	for e, err := range b.ListAll(ctx, prefix) {
+		if err != nil {
+			return 0, false, err
+		}
+		n, perr := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
+		if perr != nil || n < first {
+			continue
+		}
+		if e.Size == 0 {
+			return n, true, nil
+		}
+		first = n + 1
+	}
+	met = true
+	for ahead := uint64(0); ; ahead = max(1, 2*ahead) {
+		top := first + ahead
+		fenced, created, err := putFence(ctx, b, instance, incarnation, top)
+		if err != nil {
+			return 0, false, err
+		}
+		if !fenced {
+			first = top + 1 // the writer got there first
+			continue
+		}
+		met = met && !created
+		low := top
+		for s := top; s > first; s-- {
+			fenced, created, err := putFence(ctx, b, instance, incarnation, s-1)
+			if err != nil {
+				return 0, false, err
+			}
+			if !fenced {
+				break // the writer's object: it wrote every sequence below too
+			}
+			low, met = s-1, met && !created
+		}
+		return low, met, nil
+	}
+}
+
+// putFence puts a fence at seq if nothing is there, and reports whether a fence
+// holds seq now, and whether this call created it.
+func putFence(ctx context.Context, b *substrate.Bucket, instance string, incarnation, seq uint64) (fenced, created bool, err error) {
+	key := Key(instance, incarnation, seq)
+	if _, created, err = b.PutIfAbsentBytes(ctx, key, nil); err != nil {
+		return false, false, fmt.Errorf("tail: fence %s: %w", key, err)
+	}
+	if created {
+		return true, true, nil
+	}
+	a, err := b.Attributes(ctx, key)
+	if err != nil {
+		return false, false, fmt.Errorf("tail: fence %s: %w", key, err)
+	}
+	return a.Size == 0, false, nil
+}
+
+// Shipped is one shard's section of one tail object.
+type Shipped struct {
+	Sequence uint64
+	Section
+}
+
+// ReadShard returns, in sequence order, the shard's sections in the objects of the
+// instance's stream incarnation from sequence from up to the fence at until: every
+// sequence in between must hold an object. With until = NoFence it reads up to the
+// first sequence that holds nothing, and stops at a fence. A reader of one shard
+// fetches each object's trailer and index and then its own section only.
+func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, error) {
+	var out []Shipped
+	for seq := from; until == NoFence || seq < until; seq++ {
+		key := Key(instance, incarnation, seq)
+		a, err := b.Attributes(ctx, key)
+		if errors.Is(err, substrate.ErrNotFound) && until == NoFence {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tail: read %s: %w", key, err)
+		}
+		r := &objectReader{ctx: ctx, b: b, key: key}
+		ix, err := ReadIndex(r, a.Size)
+		if errors.Is(err, ErrFence) && until == NoFence {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tail: read %s: %w", key, err)
+		}
+		if ix.Sequence != seq || ix.Incarnation != incarnation {
+			return nil, fmt.Errorf("tail: read %s: %w", key, corrupt(a.Size, "the index names sequence %d of incarnation %d", ix.Sequence, ix.Incarnation))
+		}
+		e, ok := ix.Find(shard)
+		if !ok {
+			continue
+		}
+		recs, err := ReadSection(r, e)
+		if err != nil {
+			return nil, fmt.Errorf("tail: read %s: %w", key, err)
+		}
+		out = append(out, Shipped{Sequence: seq, Section: Section{Shard: shard, Epoch: e.Epoch, First: e.First, Records: recs}})
+	}
+	return out, nil
+}
+
+// NoFence is ReadShard's until for a stream read to its end.
+const NoFence = ^uint64(0)
+
+// objectReader reads an object of a bucket by ranges.
+type objectReader struct {
+	ctx context.Context
+	b   *substrate.Bucket
+	key string
+}
+
+func (r *objectReader) ReadAt(p []byte, off int64) (int, error) {
+	data, _, err := r.b.GetRange(r.ctx, r.key, off, int64(len(p)))
+	n := copy(p, data)
+	if err == nil && n < len(p) {
+		err = fmt.Errorf("tail: %s: %d bytes at %d, want %d", r.key, n, off, len(p))
+	}
+	return n, err
+}

@@ -1,0 +1,226 @@
+package tail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/mem"
+)
+
+func bucket(t *testing.T, rules ...fault.Rule) *substrate.Bucket {
+	t.Helper()
+	var d substrate.Driver = mem.New()
+	if len(rules) > 0 {
+		d = fault.Wrap(d, 1, rules...)
+	}
+	b, err := substrate.New(d, substrate.Options{Name: "tail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func records(n int, tag string) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, "%s-%d", tag, i)
+	}
+	return out
+}
+
+func TestAStreamIsReadBackOneShardAtATime(t *testing.T) {
+	b := bucket(t)
+	s := NewStream(b, "i-1", 2, 0, "w")
+	flushes := [][]Section{
+		{{Shard: "a", Epoch: 1, First: 0, Records: records(3, "a0")}, {Shard: "b", Epoch: 4, First: 10, Records: records(1, "b0")}},
+		{{Shard: "b", Epoch: 4, First: 11, Records: records(2, "b1")}},
+		{{Shard: "a", Epoch: 1, First: 3, Records: records(2, "a2")}},
+	}
+	for i, f := range flushes {
+		if seq, err := s.Put(t.Context(), f); err != nil || seq != uint64(i) {
+			t.Fatalf("put %d: sequence %d, %v", i, seq, err)
+		}
+	}
+	got, err := ReadShard(t.Context(), b, "i-1", 2, 0, NoFence, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Sequence != 0 || got[1].Sequence != 2 || got[1].First != 3 || !slices.EqualFunc(got[1].Records, records(2, "a2"), bytes.Equal) {
+		t.Fatalf("shard a: %+v", got)
+	}
+	// From a later pointer, the earlier objects are not read.
+	if got, err := ReadShard(t.Context(), b, "i-1", 2, 1, NoFence, "b"); err != nil || len(got) != 1 || got[0].First != 11 {
+		t.Fatalf("shard b from 1: %+v %v", got, err)
+	}
+}
+
+// TestAPutWhoseReplyWasLostIsSettledByPuttingItAgain: the object landed but the
+// writer was told it failed; putting the same sections again finds its own bytes and
+// goes on, and other sections are refused until then.
+func TestAPutWhoseReplyWasLostIsSettledByPuttingItAgain(t *testing.T) {
+	b := bucket(t, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 1, Err: fault.ErrInjected, Ambiguous: true})
+	s := NewStream(b, "i-1", 0, 0, "w")
+	f := []Section{{Shard: "a", First: 0, Records: records(2, "x")}}
+	if _, err := s.Put(t.Context(), f); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("first put: %v", err)
+	}
+	if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 0, Records: records(3, "x")}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("other sections before the settle: %v", err)
+	}
+	if seq, err := s.Put(t.Context(), f); err != nil || seq != 0 {
+		t.Fatalf("the same put again: %d %v", seq, err)
+	}
+	if seq, err := s.Put(t.Context(), []Section{{Shard: "a", First: 2, Records: records(1, "y")}}); err != nil || seq != 1 {
+		t.Fatalf("the next put: %d %v", seq, err)
+	}
+}
+
+// TestAFencedStreamAcceptsNothingMore: the fence goes at the first free sequence,
+// the writer's next put fails, a second fence meets the first, and the stream reads
+// up to it.
+func TestAFencedStreamAcceptsNothingMore(t *testing.T) {
+	b := bucket(t)
+	s := NewStream(b, "i-1", 5, 0, "w")
+	for i := range 3 {
+		if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: uint64(i), Records: records(1, "r")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq, met, err := Fence(t.Context(), b, "i-1", 5, 1)
+	if err != nil || seq != 3 || met {
+		t.Fatalf("fence: %d %v %v", seq, met, err)
+	}
+	if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 3, Records: records(1, "late")}}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a put after the fence: %v", err)
+	}
+	if again, met, err := Fence(t.Context(), b, "i-1", 5, 0); err != nil || again != 3 || !met {
+		t.Fatalf("second fence: %d %v %v", again, met, err)
+	}
+	for _, until := range []uint64{3, NoFence} {
+		if got, err := ReadShard(t.Context(), b, "i-1", 5, 0, until, "a"); err != nil || len(got) != 3 {
+			t.Fatalf("read until %d: %d sections, %v", until, len(got), err)
+		}
+	}
+	// Another incarnation of the instance is another stream, not fenced.
+	if _, err := NewStream(b, "i-1", 6, 0, "w").Put(t.Context(), []Section{{Shard: "a", First: 3, Records: records(1, "new")}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAFenceWhoseReplyWasLostIsMetWhenRetried: a fence is idempotent.
+func TestAFenceWhoseReplyWasLostIsMetWhenRetried(t *testing.T) {
+	b := bucket(t, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 1, Err: fault.ErrInjected, Ambiguous: true})
+	if _, _, err := Fence(t.Context(), b, "i-1", 0, 0); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("first fence: %v", err)
+	}
+	if seq, met, err := Fence(t.Context(), b, "i-1", 0, 0); err != nil || seq != 0 || !met {
+		t.Fatalf("retried fence: %d %v %v", seq, met, err)
+	}
+}
+
+// TestAWriterRacingAFenceLosesNothingItWasToldWasDurable: whatever the interleaving,
+// every put that succeeded is below the fence and reads back, and no put succeeds
+// at or after it.
+func TestAWriterRacingAFenceLosesNothingItWasToldWasDurable(t *testing.T) {
+	for round := range 200 {
+		b := bucket(t)
+		s := NewStream(b, "i-1", 0, 0, "w")
+		var acked []uint64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := uint64(0); ; i++ {
+				seq, err := s.Put(context.Background(), []Section{{Shard: "a", First: i, Records: records(1, fmt.Sprint(i))}})
+				if errors.Is(err, ErrFenced) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				acked = append(acked, seq)
+			}
+		})
+		fence, _, err := Fence(t.Context(), b, "i-1", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		got, err := ReadShard(t.Context(), b, "i-1", 0, 0, fence, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(len(got)) != fence || len(acked) != len(got) {
+			t.Fatalf("round %d: fence at %d, %d objects below it, %d acknowledged (last %v)", round, fence, len(got), len(acked), acked)
+		}
+	}
+}
+
+// writerFirst is a driver on which, for the fencer's first races, the writer gets
+// to the sequence of each fence just before it is put: a writer that keeps winning.
+type writerFirst struct {
+	substrate.Driver
+	races  int
+	writer *Stream
+	n      uint64
+}
+
+func (d *writerFirst) Put(ctx context.Context, key string, body io.ReadSeeker, cond substrate.Condition) (substrate.Attrs, error) {
+	if size, _ := body.Seek(0, io.SeekEnd); size == 0 && d.races > 0 {
+		d.races--
+		seq, _ := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
+		for d.writer.Next() <= seq {
+			d.n++
+			if _, err := d.writer.Put(ctx, []Section{{Shard: "a", First: d.n, Records: records(1, "won")}}); err != nil {
+				if errors.Is(err, ErrFenced) {
+					break // the writer met a fence already
+				}
+				return substrate.Attrs{}, err
+			}
+		}
+	}
+	body.Seek(0, io.SeekStart)
+	return d.Driver.Put(ctx, key, body, cond)
+}
+
+// TestAWriterThatKeepsWinningTheNextSequenceCannotStarveAFence: the fence goes
+// further ahead after each lost race and fills the sequences it skipped, so the
+// stream below the fence has no hole a late put could fill.
+func TestAWriterThatKeepsWinningTheNextSequenceCannotStarveAFence(t *testing.T) {
+	d := &writerFirst{Driver: mem.New(), races: 2}
+	b, err := substrate.New(d, substrate.Options{Name: "racy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d.writer = NewStream(b, "i-1", 0, 0, "w")
+	for i := range 3 {
+		if _, err := d.writer.Put(t.Context(), []Section{{Shard: "a", First: uint64(100 + i), Records: records(1, "early")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fence, met, err := Fence(t.Context(), b, "i-1", 0, 0)
+	if err != nil || met {
+		t.Fatalf("fence %d %v %v", fence, met, err)
+	}
+	if want := d.writer.Next(); fence != want {
+		t.Fatalf("fence at %d, the writer's next sequence is %d", fence, want)
+	}
+	if _, err := d.writer.Put(t.Context(), []Section{{Shard: "a", First: 999, Records: records(1, "late")}}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a put after the fence: %v", err)
+	}
+	got, err := ReadShard(t.Context(), b, "i-1", 0, 0, fence, "a")
+	if err != nil || uint64(len(got)) != fence {
+		t.Fatalf("%d objects below the fence at %d: %v", len(got), fence, err)
+	}
+}
