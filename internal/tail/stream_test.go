@@ -10,25 +10,87 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/option"
+
+	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/gcs"
+	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/mem"
 )
 
-func bucket(t *testing.T, rules ...fault.Rule) *substrate.Bucket {
-	t.Helper()
-	var d substrate.Driver = mem.New()
-	if len(rules) > 0 {
-		d = fault.Wrap(d, 1, rules...)
+// backends are the substrates the stream is tested on: in memory, a local
+// directory, and fake-gcs-server through the GCS client over HTTP.
+var backends = []struct {
+	name   string
+	driver func(t *testing.T) substrate.Driver
+}{
+	{"mem", func(*testing.T) substrate.Driver { return mem.New() }},
+	{"local", func(t *testing.T) substrate.Driver {
+		d, err := local.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}},
+	{"gcs", func(t *testing.T) substrate.Driver {
+		gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSInProcess() })
+		if gcsErr != nil {
+			t.Fatal(gcsErr)
+		}
+		name := fmt.Sprintf("l0-tail-%d", gcsNames.Add(1))
+		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(gcsServer.Endpoint), option.WithoutAuthentication())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
+			t.Fatal(err)
+		}
+		d, err := gcs.Open(context.Background(), gcs.Config{Bucket: name, Endpoint: gcsServer.Endpoint,
+			ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}},
+}
+
+var (
+	gcsOnce   sync.Once
+	gcsServer *emulator.GCS
+	gcsErr    error
+	gcsNames  atomic.Int64
+)
+
+// forEachBackend runs f on a bucket of each backend, its driver wrapped by wrap.
+func forEachBackend(t *testing.T, f func(t *testing.T, newBucket func(wrap func(substrate.Driver) substrate.Driver) *substrate.Bucket)) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			f(t, func(wrap func(substrate.Driver) substrate.Driver) *substrate.Bucket {
+				d := be.driver(t)
+				if wrap != nil {
+					d = wrap(d)
+				}
+				b, err := substrate.New(d, substrate.Options{Name: be.name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				return b
+			})
+		})
 	}
-	b, err := substrate.New(d, substrate.Options{Name: "tail"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+}
+
+// faulty wraps a driver in rules.
+func faulty(rules ...fault.Rule) func(substrate.Driver) substrate.Driver {
+	return func(d substrate.Driver) substrate.Driver { return fault.Wrap(d, 1, rules...) }
 }
 
 func records(n int, tag string) [][]byte {
@@ -40,130 +102,140 @@ func records(n int, tag string) [][]byte {
 }
 
 func TestAStreamIsReadBackOneShardAtATime(t *testing.T) {
-	b := bucket(t)
-	s := NewStream(b, "i-1", 2, 0, "w")
-	flushes := [][]Section{
-		{{Shard: "a", Epoch: 1, First: 0, Records: records(3, "a0")}, {Shard: "b", Epoch: 4, First: 10, Records: records(1, "b0")}},
-		{{Shard: "b", Epoch: 4, First: 11, Records: records(2, "b1")}},
-		{{Shard: "a", Epoch: 1, First: 3, Records: records(2, "a2")}},
-	}
-	for i, f := range flushes {
-		if seq, err := s.Put(t.Context(), f); err != nil || seq != uint64(i) {
-			t.Fatalf("put %d: sequence %d, %v", i, seq, err)
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		b := newBucket(nil)
+		s := NewStream(b, "i-1", 2, 0, "w")
+		flushes := [][]Section{
+			{{Shard: "a", Epoch: 1, First: 0, Records: records(3, "a0")}, {Shard: "b", Epoch: 4, First: 10, Records: records(1, "b0")}},
+			{{Shard: "b", Epoch: 4, First: 11, Records: records(2, "b1")}},
+			{{Shard: "a", Epoch: 1, First: 3, Records: records(2, "a2")}},
 		}
-	}
-	got, err := ReadShard(t.Context(), b, "i-1", 2, 0, NoFence, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].Sequence != 0 || got[1].Sequence != 2 || got[1].First != 3 || !slices.EqualFunc(got[1].Records, records(2, "a2"), bytes.Equal) {
-		t.Fatalf("shard a: %+v", got)
-	}
-	// From a later pointer, the earlier objects are not read.
-	if got, err := ReadShard(t.Context(), b, "i-1", 2, 1, NoFence, "b"); err != nil || len(got) != 1 || got[0].First != 11 {
-		t.Fatalf("shard b from 1: %+v %v", got, err)
-	}
+		for i, f := range flushes {
+			if seq, err := s.Put(t.Context(), f); err != nil || seq != uint64(i) {
+				t.Fatalf("put %d: sequence %d, %v", i, seq, err)
+			}
+		}
+		got, err := ReadShard(t.Context(), b, "i-1", 2, 0, NoFence, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].Sequence != 0 || got[1].Sequence != 2 || got[1].First != 3 || !slices.EqualFunc(got[1].Records, records(2, "a2"), bytes.Equal) {
+			t.Fatalf("shard a: %+v", got)
+		}
+		// From a later pointer, the earlier objects are not read.
+		if got, err := ReadShard(t.Context(), b, "i-1", 2, 1, NoFence, "b"); err != nil || len(got) != 1 || got[0].First != 11 {
+			t.Fatalf("shard b from 1: %+v %v", got, err)
+		}
+	})
 }
 
 // TestAPutWhoseReplyWasLostIsSettledByPuttingItAgain: the object landed but the
 // writer was told it failed; putting the same sections again finds its own bytes and
 // goes on, and other sections are refused until then.
 func TestAPutWhoseReplyWasLostIsSettledByPuttingItAgain(t *testing.T) {
-	b := bucket(t, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 1, Err: fault.ErrInjected, Ambiguous: true})
-	s := NewStream(b, "i-1", 0, 0, "w")
-	f := []Section{{Shard: "a", First: 0, Records: records(2, "x")}}
-	if _, err := s.Put(t.Context(), f); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("first put: %v", err)
-	}
-	if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 0, Records: records(3, "x")}}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("other sections before the settle: %v", err)
-	}
-	if seq, err := s.Put(t.Context(), f); err != nil || seq != 0 {
-		t.Fatalf("the same put again: %d %v", seq, err)
-	}
-	if seq, err := s.Put(t.Context(), []Section{{Shard: "a", First: 2, Records: records(1, "y")}}); err != nil || seq != 1 {
-		t.Fatalf("the next put: %d %v", seq, err)
-	}
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		b := newBucket(faulty(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 1, Err: fault.ErrInjected, Ambiguous: true}))
+		s := NewStream(b, "i-1", 0, 0, "w")
+		f := []Section{{Shard: "a", First: 0, Records: records(2, "x")}}
+		if _, err := s.Put(t.Context(), f); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("first put: %v", err)
+		}
+		if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 0, Records: records(3, "x")}}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("other sections before the settle: %v", err)
+		}
+		if seq, err := s.Put(t.Context(), f); err != nil || seq != 0 {
+			t.Fatalf("the same put again: %d %v", seq, err)
+		}
+		if seq, err := s.Put(t.Context(), []Section{{Shard: "a", First: 2, Records: records(1, "y")}}); err != nil || seq != 1 {
+			t.Fatalf("the next put: %d %v", seq, err)
+		}
+	})
 }
 
 // TestAFencedStreamAcceptsNothingMore: the fence goes at the first free sequence,
 // the writer's next put fails, a second fence meets the first, and the stream reads
 // up to it.
 func TestAFencedStreamAcceptsNothingMore(t *testing.T) {
-	b := bucket(t)
-	s := NewStream(b, "i-1", 5, 0, "w")
-	for i := range 3 {
-		if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: uint64(i), Records: records(1, "r")}}); err != nil {
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		b := newBucket(nil)
+		s := NewStream(b, "i-1", 5, 0, "w")
+		for i := range 3 {
+			if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: uint64(i), Records: records(1, "r")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seq, met, err := Fence(t.Context(), b, "i-1", 5, 1)
+		if err != nil || seq != 3 || met {
+			t.Fatalf("fence: %d %v %v", seq, met, err)
+		}
+		if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 3, Records: records(1, "late")}}); !errors.Is(err, ErrFenced) {
+			t.Fatalf("a put after the fence: %v", err)
+		}
+		if again, met, err := Fence(t.Context(), b, "i-1", 5, 0); err != nil || again != 3 || !met {
+			t.Fatalf("second fence: %d %v %v", again, met, err)
+		}
+		for _, until := range []uint64{3, NoFence} {
+			if got, err := ReadShard(t.Context(), b, "i-1", 5, 0, until, "a"); err != nil || len(got) != 3 {
+				t.Fatalf("read until %d: %d sections, %v", until, len(got), err)
+			}
+		}
+		// Another incarnation of the instance is another stream, not fenced.
+		if _, err := NewStream(b, "i-1", 6, 0, "w").Put(t.Context(), []Section{{Shard: "a", First: 3, Records: records(1, "new")}}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	seq, met, err := Fence(t.Context(), b, "i-1", 5, 1)
-	if err != nil || seq != 3 || met {
-		t.Fatalf("fence: %d %v %v", seq, met, err)
-	}
-	if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 3, Records: records(1, "late")}}); !errors.Is(err, ErrFenced) {
-		t.Fatalf("a put after the fence: %v", err)
-	}
-	if again, met, err := Fence(t.Context(), b, "i-1", 5, 0); err != nil || again != 3 || !met {
-		t.Fatalf("second fence: %d %v %v", again, met, err)
-	}
-	for _, until := range []uint64{3, NoFence} {
-		if got, err := ReadShard(t.Context(), b, "i-1", 5, 0, until, "a"); err != nil || len(got) != 3 {
-			t.Fatalf("read until %d: %d sections, %v", until, len(got), err)
-		}
-	}
-	// Another incarnation of the instance is another stream, not fenced.
-	if _, err := NewStream(b, "i-1", 6, 0, "w").Put(t.Context(), []Section{{Shard: "a", First: 3, Records: records(1, "new")}}); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // TestAFenceWhoseReplyWasLostIsMetWhenRetried: a fence is idempotent.
 func TestAFenceWhoseReplyWasLostIsMetWhenRetried(t *testing.T) {
-	b := bucket(t, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 1, Err: fault.ErrInjected, Ambiguous: true})
-	if _, _, err := Fence(t.Context(), b, "i-1", 0, 0); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("first fence: %v", err)
-	}
-	if seq, met, err := Fence(t.Context(), b, "i-1", 0, 0); err != nil || seq != 0 || !met {
-		t.Fatalf("retried fence: %d %v %v", seq, met, err)
-	}
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		b := newBucket(faulty(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 1, Err: fault.ErrInjected, Ambiguous: true}))
+		if _, _, err := Fence(t.Context(), b, "i-1", 0, 0); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("first fence: %v", err)
+		}
+		if seq, met, err := Fence(t.Context(), b, "i-1", 0, 0); err != nil || seq != 0 || !met {
+			t.Fatalf("retried fence: %d %v %v", seq, met, err)
+		}
+	})
 }
 
 // TestAWriterRacingAFenceLosesNothingItWasToldWasDurable: whatever the interleaving,
 // every put that succeeded is below the fence and reads back, and no put succeeds
 // at or after it.
 func TestAWriterRacingAFenceLosesNothingItWasToldWasDurable(t *testing.T) {
-	for round := range 200 {
-		b := bucket(t)
-		s := NewStream(b, "i-1", 0, 0, "w")
-		var acked []uint64
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for i := uint64(0); ; i++ {
-				seq, err := s.Put(context.Background(), []Section{{Shard: "a", First: i, Records: records(1, fmt.Sprint(i))}})
-				if errors.Is(err, ErrFenced) {
-					return
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		for round := range 30 {
+			b := newBucket(nil)
+			s := NewStream(b, "i-1", 0, 0, "w")
+			var acked []uint64
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for i := uint64(0); ; i++ {
+					seq, err := s.Put(context.Background(), []Section{{Shard: "a", First: i, Records: records(1, fmt.Sprint(i))}})
+					if errors.Is(err, ErrFenced) {
+						return
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					acked = append(acked, seq)
 				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				acked = append(acked, seq)
+			})
+			fence, _, err := Fence(t.Context(), b, "i-1", 0, 0)
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-		fence, _, err := Fence(t.Context(), b, "i-1", 0, 0)
-		if err != nil {
-			t.Fatal(err)
+			wg.Wait()
+			got, err := ReadShard(t.Context(), b, "i-1", 0, 0, fence, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uint64(len(got)) != fence || len(acked) != len(got) {
+				t.Fatalf("round %d: fence at %d, %d objects below it, %d acknowledged (last %v)", round, fence, len(got), len(acked), acked)
+			}
 		}
-		wg.Wait()
-		got, err := ReadShard(t.Context(), b, "i-1", 0, 0, fence, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if uint64(len(got)) != fence || len(acked) != len(got) {
-			t.Fatalf("round %d: fence at %d, %d objects below it, %d acknowledged (last %v)", round, fence, len(got), len(acked), acked)
-		}
-	}
+	})
 }
 
 // writerFirst is a driver on which, for the fencer's first races, the writer gets
@@ -197,30 +269,28 @@ func (d *writerFirst) Put(ctx context.Context, key string, body io.ReadSeeker, c
 // further ahead after each lost race and fills the sequences it skipped, so the
 // stream below the fence has no hole a late put could fill.
 func TestAWriterThatKeepsWinningTheNextSequenceCannotStarveAFence(t *testing.T) {
-	d := &writerFirst{Driver: mem.New(), races: 2}
-	b, err := substrate.New(d, substrate.Options{Name: "racy"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	d.writer = NewStream(b, "i-1", 0, 0, "w")
-	for i := range 3 {
-		if _, err := d.writer.Put(t.Context(), []Section{{Shard: "a", First: uint64(100 + i), Records: records(1, "early")}}); err != nil {
-			t.Fatal(err)
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		var d *writerFirst
+		b := newBucket(func(next substrate.Driver) substrate.Driver { d = &writerFirst{Driver: next, races: 2}; return d })
+		d.writer = NewStream(b, "i-1", 0, 0, "w")
+		for i := range 3 {
+			if _, err := d.writer.Put(t.Context(), []Section{{Shard: "a", First: uint64(100 + i), Records: records(1, "early")}}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	fence, met, err := Fence(t.Context(), b, "i-1", 0, 0)
-	if err != nil || met {
-		t.Fatalf("fence %d %v %v", fence, met, err)
-	}
-	if want := d.writer.Next(); fence != want {
-		t.Fatalf("fence at %d, the writer's next sequence is %d", fence, want)
-	}
-	if _, err := d.writer.Put(t.Context(), []Section{{Shard: "a", First: 999, Records: records(1, "late")}}); !errors.Is(err, ErrFenced) {
-		t.Fatalf("a put after the fence: %v", err)
-	}
-	got, err := ReadShard(t.Context(), b, "i-1", 0, 0, fence, "a")
-	if err != nil || uint64(len(got)) != fence {
-		t.Fatalf("%d objects below the fence at %d: %v", len(got), fence, err)
-	}
+		fence, met, err := Fence(t.Context(), b, "i-1", 0, 0)
+		if err != nil || met {
+			t.Fatalf("fence %d %v %v", fence, met, err)
+		}
+		if want := d.writer.Next(); fence != want {
+			t.Fatalf("fence at %d, the writer's next sequence is %d", fence, want)
+		}
+		if _, err := d.writer.Put(t.Context(), []Section{{Shard: "a", First: 999, Records: records(1, "late")}}); !errors.Is(err, ErrFenced) {
+			t.Fatalf("a put after the fence: %v", err)
+		}
+		got, err := ReadShard(t.Context(), b, "i-1", 0, 0, fence, "a")
+		if err != nil || uint64(len(got)) != fence {
+			t.Fatalf("%d objects below the fence at %d: %v", len(got), fence, err)
+		}
+	})
 }
