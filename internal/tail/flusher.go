@@ -1,0 +1,287 @@
+package tail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrClosed reports a flusher closed before a page it was given was shipped.
+var ErrClosed = errors.New("tail: flusher closed")
+
+// FlushOptions configure a Flusher.
+type FlushOptions struct {
+	// Interval is the least time between the starts of two flushes while pages
+	// keep coming. Default 50 ms.
+	Interval time.Duration
+	// Bytes starts a flush at once when this many record bytes are pending.
+	// Default 4 MiB.
+	Bytes int
+	// Retry is the wait before a flush whose put failed is put again. Default
+	// 100 ms.
+	Retry time.Duration
+	// Now is the clock of Interval. Default time.Now.
+	Now func() time.Time
+}
+
+func (o *FlushOptions) ensureDefaults() {
+	if o.Interval <= 0 {
+		o.Interval = 50 * time.Millisecond
+	}
+	if o.Bytes <= 0 {
+		o.Bytes = 4 << 20
+	}
+	if o.Retry <= 0 {
+		o.Retry = 100 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// FlushStats count what a flusher did.
+type FlushStats struct {
+	Puts, Bytes, Failures uint64 // objects shipped, their bytes, puts that failed
+	Pending               int    // record bytes given and not yet shipped
+}
+
+// Ticket is a page given to a flusher: Wait returns once it is shipped.
+type Ticket struct {
+	done chan struct{}
+	err  error
+}
+
+// Wait returns nil once the page is in a durable tail object, with every page given
+// before it; ErrFenced if the stream was fenced first, ErrClosed if the flusher
+// closed first; or ctx's error, in which case the page may still be shipped.
+func (t *Ticket) Wait(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// batch is the pages of one object to come: a section per shard.
+type batch struct {
+	sections []Section
+	index    map[string]int // shard → its section
+	bytes    int
+	tickets  []*Ticket
+}
+
+// Flusher ships the pages given to it, for every shard at once, as one tail object
+// per flush on its stream: a flush starts when pages are pending and Interval has
+// passed since the previous one started, or at once past Bytes. An idle flusher
+// writes nothing. Pages of a shard must be given in offset order, contiguous.
+type Flusher struct {
+	stream *Stream
+	opts   FlushOptions
+	wake   chan struct{}
+	done   chan struct{}
+	// ctx ends when Close gives up waiting: the put in flight is abandoned.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu struct {
+		sync.Mutex
+		batches []*batch // the pending objects, in order; the last one takes pages
+		stats   FlushStats
+		err     error // ErrFenced or ErrClosed once the flusher stopped
+	}
+}
+
+// NewFlusher starts a flusher on stream.
+func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
+	opts.ensureDefaults()
+	f := &Flusher{stream: stream, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	go f.loop()
+	return f
+}
+
+// Add gives the flusher one page of shard, appended under epoch, whose records have
+// offsets from first on. A page under another epoch than the shard's pending ones
+// goes in the next object, since an object holds one section per shard.
+func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket {
+	t := &Ticket{done: make(chan struct{})}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.err != nil {
+		t.err = f.mu.err
+		close(t.done)
+		return t
+	}
+	b := f.current()
+	i, ok := b.index[shard]
+	if ok && (b.sections[i].Epoch != epoch || b.sections[i].First+uint64(len(b.sections[i].Records)) != first) {
+		b = f.next()
+		ok = false
+	}
+	if !ok {
+		i = len(b.sections)
+		b.index[shard] = i
+		b.sections = append(b.sections, Section{Shard: shard, Epoch: epoch, First: first})
+	}
+	b.sections[i].Records = append(b.sections[i].Records, recs...)
+	for _, r := range recs {
+		b.bytes += len(r)
+		f.mu.stats.Pending += len(r)
+	}
+	b.tickets = append(b.tickets, t)
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+	return t
+}
+
+// current is the batch taking pages, f.mu held.
+func (f *Flusher) current() *batch {
+	if len(f.mu.batches) == 0 {
+		return f.next()
+	}
+	return f.mu.batches[len(f.mu.batches)-1]
+}
+
+// next starts a new batch, f.mu held.
+func (f *Flusher) next() *batch {
+	b := &batch{index: map[string]int{}}
+	f.mu.batches = append(f.mu.batches, b)
+	return b
+}
+
+// Stats returns the flusher's counters.
+func (f *Flusher) Stats() FlushStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.stats
+}
+
+// Close stops the flusher once what it was given is shipped, or when ctx ends,
+// abandoning the put in flight; pages not shipped then fail with ErrClosed.
+func (f *Flusher) Close(ctx context.Context) error {
+	f.mu.Lock()
+	if f.mu.err == nil {
+		f.mu.err = ErrClosed
+	}
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+	defer f.cancel()
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		f.cancel()
+		<-f.done
+		return ctx.Err()
+	}
+}
+
+// stop fails every pending page with err, f's loop alone calling it as it ends.
+func (f *Flusher) stop(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.mu.batches {
+		for _, t := range b.tickets {
+			t.err = err
+			close(t.done)
+		}
+	}
+	f.mu.batches = nil
+	f.mu.stats.Pending = 0
+	if !errors.Is(f.mu.err, ErrFenced) {
+		f.mu.err = err
+	}
+}
+
+func (f *Flusher) loop() {
+	defer close(f.done)
+	var last time.Time // when the previous flush started
+	for {
+		f.mu.Lock()
+		var b *batch
+		if len(f.mu.batches) > 0 && len(f.mu.batches[0].tickets) > 0 {
+			b = f.mu.batches[0]
+		}
+		closing, full := f.mu.err != nil, b != nil && (len(f.mu.batches) > 1 || b.bytes >= f.opts.Bytes)
+		f.mu.Unlock()
+		if f.ctx.Err() != nil || (b == nil && closing) {
+			f.stop(ErrClosed)
+			return
+		}
+		if b == nil {
+			select {
+			case <-f.wake:
+			case <-f.ctx.Done():
+			}
+			continue
+		}
+		if wait := f.opts.Interval - f.opts.Now().Sub(last); wait > 0 && !full && !closing {
+			select {
+			case <-time.After(wait):
+			case <-f.wake:
+			case <-f.ctx.Done():
+			}
+			continue
+		}
+		// Take the batch: pages given from now on go in the next one.
+		f.mu.Lock()
+		if len(f.mu.batches) == 1 {
+			f.next()
+		}
+		f.mu.Unlock()
+		last = f.opts.Now()
+		if err := f.ship(b); err != nil {
+			f.stop(err)
+			return
+		}
+	}
+}
+
+// ship puts b, again and again while the outcome is unknown, and resolves its
+// tickets. It returns ErrFenced once the stream was fenced, and ErrClosed once
+// Close gave up waiting.
+func (f *Flusher) ship(b *batch) error {
+	for {
+		_, err := f.stream.Put(f.ctx, b.sections)
+		f.mu.Lock()
+		if err == nil {
+			f.mu.batches = f.mu.batches[1:]
+			f.mu.stats.Puts++
+			f.mu.stats.Bytes += uint64(b.bytes)
+			f.mu.stats.Pending -= b.bytes
+			for _, t := range b.tickets {
+				close(t.done)
+			}
+			f.mu.Unlock()
+			return nil
+		}
+		f.mu.stats.Failures++
+		if errors.Is(err, ErrFenced) {
+			f.mu.err = err
+		}
+		f.mu.Unlock()
+		switch {
+		case errors.Is(err, ErrFenced):
+			return err
+		case f.ctx.Err() != nil:
+			return ErrClosed
+		}
+		select {
+		case <-time.After(f.opts.Retry):
+		case <-f.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+func (f *Flusher) String() string {
+	return fmt.Sprintf("tail flusher of %s incarnation %d", f.stream.instance, f.stream.incarnation)
+}
