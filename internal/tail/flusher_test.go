@@ -36,23 +36,27 @@ func wait(t *testing.T, tickets ...*Ticket) {
 	}
 }
 
-// TestOneObjectPerFlushWhateverTheNumberOfShards: pages of 1 or of 256 shards
-// given within an interval go out in the same few objects, and each shard reads
-// back its own.
+// TestOneObjectPerFlushWhateverTheNumberOfShards: pages that keep coming, from 1
+// or from 256 shards, go out in one object per interval, and each shard reads back
+// its own.
 func TestOneObjectPerFlushWhateverTheNumberOfShards(t *testing.T) {
+	const interval, ticks, tick = 50 * time.Millisecond, 100, 10 * time.Millisecond
 	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		puts := map[int]uint64{}
 		for _, shards := range []int{1, 256} {
 			b := newBucket(nil)
-			f := NewFlusher(NewStream(b, "i-1", 0, 0, "w"), FlushOptions{Interval: 300 * time.Millisecond})
+			f := NewFlusher(NewStream(b, "i-1", 0, 0, "w"), FlushOptions{Interval: interval})
 			var tickets []*Ticket
-			for round := range 2 {
+			for round := range ticks {
 				for s := range shards {
 					tickets = append(tickets, f.Add(fmt.Sprint("shard-", s), 1, uint64(round), records(1, fmt.Sprint(s, "-", round))))
 				}
+				time.Sleep(tick)
 			}
 			wait(t, tickets...)
-			if puts := f.Stats().Puts; puts > 3 {
-				t.Fatalf("%d shards: %d puts", shards, puts)
+			puts[shards] = f.Stats().Puts
+			if most := uint64(ticks*tick/interval) + 2; puts[shards] > most {
+				t.Fatalf("%d shards: %d puts in %s, more than one per %s", shards, puts[shards], ticks*tick, interval)
 			}
 			for _, s := range []int{0, shards - 1} {
 				got, err := ReadShard(t.Context(), b, "i-1", 0, 0, NoFence, fmt.Sprint("shard-", s))
@@ -60,13 +64,16 @@ func TestOneObjectPerFlushWhateverTheNumberOfShards(t *testing.T) {
 				for _, sec := range got {
 					n += len(sec.Records)
 				}
-				if err != nil || n != 2 {
+				if err != nil || n != ticks {
 					t.Fatalf("shard %d: %d records, %v", s, n, err)
 				}
 			}
 			if err := f.Close(t.Context()); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if d := float64(puts[256]) / float64(puts[1]); d < 0.8 || d > 1.2 {
+			t.Fatalf("puts: %d with 1 shard, %d with 256", puts[1], puts[256])
 		}
 	})
 }
