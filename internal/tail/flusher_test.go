@@ -40,23 +40,25 @@ func wait(t *testing.T, tickets ...*Ticket) {
 // or from 256 shards, go out in one object per interval, and each shard reads back
 // its own.
 func TestOneObjectPerFlushWhateverTheNumberOfShards(t *testing.T) {
-	const interval, ticks, tick = 50 * time.Millisecond, 100, 10 * time.Millisecond
+	const interval, window, tick = 50 * time.Millisecond, time.Second, 10 * time.Millisecond
 	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
 		puts := map[int]uint64{}
 		for _, shards := range []int{1, 256} {
 			b := newBucket(nil)
 			f := NewFlusher(NewStream(b, "i-1", 0, 0, "w"), FlushOptions{Interval: interval})
 			var tickets []*Ticket
-			for round := range ticks {
+			start, rounds := time.Now(), 0
+			for ; time.Since(start) < window; rounds++ {
 				for s := range shards {
-					tickets = append(tickets, f.Add(fmt.Sprint("shard-", s), 1, uint64(round), records(1, fmt.Sprint(s, "-", round))))
+					tickets = append(tickets, f.Add(fmt.Sprint("shard-", s), 1, uint64(rounds), records(1, fmt.Sprint(s, "-", rounds))))
 				}
 				time.Sleep(tick)
 			}
 			wait(t, tickets...)
+			elapsed := time.Since(start)
 			puts[shards] = f.Stats().Puts
-			if most := uint64(ticks*tick/interval) + 2; puts[shards] > most {
-				t.Fatalf("%d shards: %d puts in %s, more than one per %s", shards, puts[shards], ticks*tick, interval)
+			if most := uint64(elapsed/interval) + 2; puts[shards] > most {
+				t.Fatalf("%d shards: %d puts in %s, more than one per %s", shards, puts[shards], elapsed, interval)
 			}
 			for _, s := range []int{0, shards - 1} {
 				got, err := ReadShard(t.Context(), b, "i-1", 0, 0, NoFence, fmt.Sprint("shard-", s))
@@ -64,7 +66,7 @@ func TestOneObjectPerFlushWhateverTheNumberOfShards(t *testing.T) {
 				for _, sec := range got {
 					n += len(sec.Records)
 				}
-				if err != nil || n != ticks {
+				if err != nil || n != rounds {
 					t.Fatalf("shard %d: %d records, %v", s, n, err)
 				}
 			}
