@@ -104,10 +104,17 @@ func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
 }
 
 // Add gives the flusher one page of shard, appended under epoch, whose records have
-// offsets from first on. A page under another epoch than the shard's pending ones
-// goes in the next object, since an object holds one section per shard.
+// offsets from first on; it copies them. A page under another epoch than the
+// shard's pending ones goes in the next object, since an object holds one section
+// per shard. A page no object can hold (see Encode) fails its ticket with
+// ErrInvalid at once, and nothing else.
 func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket {
 	t := &Ticket{done: make(chan struct{})}
+	if err := checkPage(shard, first, recs); err != nil {
+		t.err = err
+		close(t.done)
+		return t
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.err != nil {
@@ -126,8 +133,8 @@ func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket 
 		b.index[shard] = i
 		b.sections = append(b.sections, Section{Shard: shard, Epoch: epoch, First: first})
 	}
-	b.sections[i].Records = append(b.sections[i].Records, recs...)
 	for _, r := range recs {
+		b.sections[i].Records = append(b.sections[i].Records, append([]byte(nil), r...))
 		b.bytes += len(r)
 		f.mu.stats.Pending += len(r)
 	}
@@ -269,7 +276,9 @@ func (f *Flusher) ship(b *batch) error {
 		}
 		f.mu.Unlock()
 		switch {
-		case errors.Is(err, ErrFenced):
+		case errors.Is(err, ErrFenced), errors.Is(err, ErrInvalid):
+			// Fenced, or a bug: a batch of checked, copied pages always encodes, and
+			// is put again byte for byte.
 			return err
 		case f.ctx.Err() != nil:
 			return ErrClosed

@@ -117,15 +117,12 @@ func Encode(h Header, sections []Section) ([]byte, error) {
 	seen := map[string]bool{}
 	entries := make([]Entry, 0, len(sections))
 	for _, s := range sections {
-		if len(s.Shard) == 0 || len(s.Shard) > MaxID || seen[s.Shard] || len(s.Records) == 0 {
+		if err := checkPage(s.Shard, s.First, s.Records); err != nil || seen[s.Shard] {
 			return nil, fmt.Errorf("%w: section of shard %q with %d records", ErrInvalid, s.Shard, len(s.Records))
 		}
 		seen[s.Shard] = true
 		start := len(buf)
 		for _, r := range s.Records {
-			if len(r) == 0 {
-				return nil, fmt.Errorf("%w: an empty record in shard %q", ErrInvalid, s.Shard)
-			}
 			buf = binary.AppendUvarint(buf, uint64(len(r)))
 			buf = append(buf, r...)
 		}
@@ -153,6 +150,26 @@ func Encode(h Header, sections []Section) ([]byte, error) {
 	trailer = binary.BigEndian.AppendUint32(trailer, crc32.Checksum(trailer, castagnoli))
 	trailer = append(append(trailer, Version), magic[:7]...)
 	return append(buf, trailer...), nil
+}
+
+// checkPage reports whether records of shard from offset first can be in an
+// object: a shard id of 1 to MaxID bytes, at least one record, none empty, and
+// offsets that do not wrap.
+func checkPage(shard string, first uint64, recs [][]byte) error {
+	switch {
+	case len(shard) == 0 || len(shard) > MaxID:
+		return fmt.Errorf("%w: shard id %q", ErrInvalid, shard)
+	case len(recs) == 0:
+		return fmt.Errorf("%w: no records for shard %q", ErrInvalid, shard)
+	case first+uint64(len(recs)) < first:
+		return fmt.Errorf("%w: offsets of shard %q wrap past %d", ErrInvalid, shard, first)
+	}
+	for _, r := range recs {
+		if len(r) == 0 {
+			return fmt.Errorf("%w: an empty record for shard %q", ErrInvalid, shard)
+		}
+	}
+	return nil
 }
 
 // ReadIndex reads the index of the object of size bytes that r holds, with two
@@ -247,7 +264,7 @@ func DecodeSection(e Entry, data []byte) ([][]byte, error) {
 	if uint32(len(data)) != e.Len || crc32.Checksum(data, castagnoli) != e.CRC {
 		return nil, corrupt(e.Pos, "section of shard %q: checksum mismatch", e.Shard)
 	}
-	recs := make([][]byte, 0, e.Next-e.First)
+	recs := make([][]byte, 0, min(e.Next-e.First, uint64(len(data))/2))
 	for len(data) > 0 {
 		n, k := binary.Uvarint(data)
 		if k <= 0 || n == 0 || n > uint64(len(data)-k) || k != len(binary.AppendUvarint(nil, n)) {
@@ -313,7 +330,7 @@ func parseHeader(data []byte) (Header, int, error) {
 	var ok1, ok2 bool
 	h.Instance, ok1 = id()
 	h.Writer, ok2 = id()
-	if !ok1 || !ok2 || at+4 > len(data) {
+	if !ok1 || !ok2 || h.Instance == "" || at+4 > len(data) {
 		return Header{}, 0, corrupt(int64(at), "header cut short")
 	}
 	if crc32.Checksum(data[:at], castagnoli) != binary.BigEndian.Uint32(data[at:]) {

@@ -96,55 +96,61 @@ func streamPrefix(instance string, incarnation uint64) string {
 // returns where: the lowest fence (zero-byte object) in the stream, with every
 // sequence from from up to it holding the writer's objects, so that a reader of
 // [from, fence) reads everything the writer can ever have been told is durable.
-// met reports that the fence was there already (another fencer's, or this one's
-// whose reply was lost): Fence is idempotent and safe to retry after an error.
+// met reports that no fence had to be written (another fencer's, or this one's
+// whose reply was lost, was complete): Fence is idempotent and safe to retry after
+// an error, and to run beside another fencer.
 //
-// A writer that keeps winning the next sequence cannot starve it: each lost race
-// doubles how far ahead the next fence goes, and the sequences skipped are then
-// filled with fences from the top down until the writer's last object.
+// A fence found above from proves nothing about the sequences below it — its
+// fencer may not have filled them yet, or a listing may have missed a lower one —
+// so every Fence fills, from its top fence down until the writer's last object,
+// every sequence that holds nothing. A writer that wins every race for the next
+// sequence cannot starve it: each lost race doubles how far ahead the top fence
+// goes.
 func Fence(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64) (seq uint64, met bool, err error) {
-	// A listing skips the objects already written; the put-if-absent calls below
-	// decide, so a listing that lags is only slower.
-	first := from
+	// The listing only saves puts: where the writer got to, and a fence to fill
+	// down from. The put-if-absent calls decide.
+	first, top, found := from, uint64(0), false
 	prefix := streamPrefix(instance, incarnation)
 	for e, err := range b.ListAll(ctx, prefix) {
 		if err != nil {
 			return 0, false, err
 		}
 		n, perr := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
-		if perr != nil || n < first {
-			continue
+		switch {
+		case perr != nil || n < from:
+		case e.Size == 0:
+			if !found || n < top {
+				top, found = n, true
+			}
+		case n >= first:
+			first = n + 1
 		}
-		if e.Size == 0 {
-			return n, true, nil
-		}
-		first = n + 1
 	}
 	met = true
-	for ahead := uint64(0); ; ahead = max(1, 2*ahead) {
-		top := first + ahead
-		fenced, created, err := putFence(ctx, b, instance, incarnation, top)
+	for ahead := uint64(0); !found; ahead = max(1, 2*ahead) {
+		at := first + ahead
+		fenced, created, err := putFence(ctx, b, instance, incarnation, at)
 		if err != nil {
 			return 0, false, err
 		}
 		if !fenced {
-			first = top + 1 // the writer got there first
+			first = at + 1 // the writer got there first
 			continue
 		}
-		met = met && !created
-		low := top
-		for s := top; s > first; s-- {
-			fenced, created, err := putFence(ctx, b, instance, incarnation, s-1)
-			if err != nil {
-				return 0, false, err
-			}
-			if !fenced {
-				break // the writer's object: it wrote every sequence below too
-			}
-			low, met = s-1, met && !created
-		}
-		return low, met, nil
+		top, found, met = at, true, !created
 	}
+	low := top
+	for s := top; s > from; s-- {
+		fenced, created, err := putFence(ctx, b, instance, incarnation, s-1)
+		if err != nil {
+			return 0, false, err
+		}
+		if !fenced {
+			break // the writer's object: it wrote every sequence below too
+		}
+		low, met = s-1, met && !created
+	}
+	return low, met, nil
 }
 
 // putFence puts a fence at seq if nothing is there, and reports whether a fence
