@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/storage"
-	"google.golang.org/api/option"
-
 	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/manifest"
@@ -21,7 +18,6 @@ import (
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
-	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/substratetest"
 	"github.com/l0store/l0/wal"
@@ -61,17 +57,7 @@ var backends = []backend{
 		if gcsErr != nil {
 			t.Fatal(gcsErr)
 		}
-		name := fmt.Sprintf("l0-engine-%d", gcsNames.Add(1))
-		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(gcsServer.Endpoint), option.WithoutAuthentication())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
-			t.Fatal(err)
-		}
-		d, err := gcs.Open(context.Background(), gcs.Config{Bucket: name, Endpoint: gcsServer.Endpoint,
-			ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+		d, err := gcsServer.NewDriver(context.Background(), fmt.Sprintf("l0-engine-%d", gcsNames.Add(1)))
 		if err != nil {
 			t.Fatal(err)
 		}

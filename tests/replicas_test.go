@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/storage"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
-	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
@@ -21,7 +19,6 @@ import (
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
-	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/s3"
 	"github.com/l0store/l0/substrate/substratetest"
 )
@@ -157,16 +154,7 @@ func gcsProcessBucket(t *testing.T) *substrate.Bucket {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
-	name := fmt.Sprintf("l0-attach-%d", time.Now().UnixNano())
-	admin, err := storage.NewClient(t.Context(), option.WithEndpoint(srv.Endpoint), option.WithoutAuthentication())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
-		t.Fatal(err)
-	}
-	d, err := gcs.Open(context.Background(), gcs.Config{Bucket: name, Endpoint: srv.Endpoint, ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+	d, err := srv.NewDriver(context.Background(), fmt.Sprintf("l0-attach-%d", time.Now().UnixNano()))
 	if err != nil {
 		t.Fatal(err)
 	}

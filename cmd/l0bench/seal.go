@@ -9,11 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cloud.google.com/go/storage"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/klauspost/compress/zstd"
-	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
@@ -21,7 +19,6 @@ import (
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
-	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/s3"
 )
@@ -99,16 +96,7 @@ func (g *remote) newBucket(ctx context.Context) (*substrate.Bucket, error) {
 	if g.kind == "s3" {
 		return g.newS3Bucket(ctx)
 	}
-	name := fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1))
-	admin, err := storage.NewClient(ctx, option.WithEndpoint(g.endpoint), option.WithoutAuthentication())
-	if err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	if err := admin.Bucket(name).Create(ctx, "l0bench", nil); err != nil {
-		return nil, fmt.Errorf("create bucket %s: %w", name, err)
-	}
-	d, err := gcs.Open(ctx, gcs.Config{Bucket: name, Endpoint: g.endpoint, ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+	d, err := emulator.NewGCSDriver(ctx, g.endpoint, fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1)))
 	if err != nil {
 		return nil, err
 	}

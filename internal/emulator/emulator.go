@@ -17,7 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"cloud.google.com/go/storage"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"google.golang.org/api/option"
+
+	"github.com/l0store/l0/substrate/gcs"
 )
 
 // The environment variables that name the emulator binaries, and that point tests at
@@ -64,6 +68,26 @@ func StartGCSInProcess() (*GCS, error) {
 		return nil, fmt.Errorf("emulator: fake-gcs-server in process: %w", err)
 	}
 	return &GCS{Endpoint: srv.URL() + "/storage/v1/", stop: func() error { srv.Stop(); return nil }}, nil
+}
+
+// NewGCSDriver creates the bucket name on the fake-gcs-server at endpoint (a JSON API
+// base URL, as GCS.Endpoint) and opens a GCS driver on it, both through the GCS
+// client over HTTP, without credentials.
+func NewGCSDriver(ctx context.Context, endpoint, name string) (*gcs.Driver, error) {
+	admin, err := storage.NewClient(ctx, option.WithEndpoint(endpoint), option.WithoutAuthentication())
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	if err := admin.Bucket(name).Create(ctx, "l0", nil); err != nil {
+		return nil, fmt.Errorf("emulator: create bucket %s: %w", name, err)
+	}
+	return gcs.Open(ctx, gcs.Config{Bucket: name, Endpoint: endpoint, ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+}
+
+// NewDriver is NewGCSDriver on g.
+func (g *GCS) NewDriver(ctx context.Context, name string) (*gcs.Driver, error) {
+	return NewGCSDriver(ctx, g.Endpoint, name)
 }
 
 // StartGCSProcess starts the fake-gcs-server binary (memory backend) on a free

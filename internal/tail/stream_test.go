@@ -13,13 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"cloud.google.com/go/storage"
-	"google.golang.org/api/option"
-
 	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
-	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/mem"
 )
@@ -43,17 +39,7 @@ var backends = []struct {
 		if gcsErr != nil {
 			t.Fatal(gcsErr)
 		}
-		name := fmt.Sprintf("l0-tail-%d", gcsNames.Add(1))
-		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(gcsServer.Endpoint), option.WithoutAuthentication())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
-			t.Fatal(err)
-		}
-		d, err := gcs.Open(context.Background(), gcs.Config{Bucket: name, Endpoint: gcsServer.Endpoint,
-			ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+		d, err := gcsServer.NewDriver(context.Background(), fmt.Sprintf("l0-tail-%d", gcsNames.Add(1)))
 		if err != nil {
 			t.Fatal(err)
 		}
