@@ -43,22 +43,8 @@ func TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch(t *testing.T) {
 	a := acquire(t, stA) // epoch 1 on a; its copy to b fails and is retried every second
 
 	// C: a cold open from b alone; b is C's authority.
-	stC := NewStore(bucket(t, "b", bDrv))
-	t.Cleanup(stC.Close)
-	c, _, err := Acquire(ctx, stC, "s", "C", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []Part{part(0, 4), part(4, 4)} {
-		if err := c.Commit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 4 {
-		if err := a.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := coldOpen(t, bDrv, LeaseOptions{}, part(0, 4), part(4, 4))
+	renew(t, a, 4)
 	bFromA.SetRules() // b reachable again: A's copier's retry goes through
 	// A's copier retries every second; its next attempt finds C's history.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {

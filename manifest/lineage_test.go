@@ -58,23 +58,9 @@ func TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority(t *te
 	// A renews first (its copies fail on an empty b), so that no copy of A's ever
 	// meets C's manifest with a sequence at or below C's (the third test shows
 	// what that does).
-	for range 4 {
-		if err := a.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	renew(t, a, 4)
 	time.Sleep(50 * time.Millisecond)
-	stC := NewStore(bucket(t, "b", bDrv))
-	t.Cleanup(stC.Close)
-	c, _, err := Acquire(ctx, stC, "s", "C", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []Part{part(0, 4), part(4, 4)} {
-		if err := c.Commit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := coldOpen(t, bDrv, LeaseOptions{}, part(0, 4), part(4, 4))
 	bFromA.SetRules()
 	if err := flushUntil(t, stA); !errors.Is(err, ErrDiverged) {
 		t.Fatalf("A's copy to b: %v, want ErrDiverged (the same-epoch case is caught)", err)
@@ -127,26 +113,12 @@ func TestAReplicaAheadInAnotherHistoryIsReportedDiverged(t *testing.T) {
 	bFromA.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPut, substrate.OpPutIfAbsent, substrate.OpCompareAndSwap},
 		Key: "manifest$", Err: errors.New("b unreachable from A")})
 
-	stC := NewStore(bucket(t, "b", bDrv))
-	t.Cleanup(stC.Close)
 	later := func() time.Time { return time.Now().Add(time.Hour) } // A's lease on b has run out
-	c, _, err := Acquire(ctx, stC, "s", "C", LeaseOptions{Now: later}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []Part{part(0, 4), part(4, 4)} {
-		if err := c.Commit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	coldOpen(t, bDrv, LeaseOptions{Now: later}, part(0, 4), part(4, 4))
 	if err := a.Commit(ctx, part(0, 2)); err != nil {
 		t.Fatal(err)
 	}
-	for range 4 {
-		if err := a.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	renew(t, a, 4)
 	bFromA.SetRules()
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -196,22 +168,8 @@ func TestADelayedCopyNeverAdoptsAnotherHistorysVersion(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
-	stC := NewStore(bucket(t, "b", bDrv))
-	t.Cleanup(stC.Close)
-	c, _, err := Acquire(ctx, stC, "s", "C", LeaseOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []Part{part(0, 4), part(4, 4)} {
-		if err := c.Commit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 4 {
-		if err := a.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := coldOpen(t, bDrv, LeaseOptions{}, part(0, 4), part(4, 4))
+	renew(t, a, 4)
 	ferr := flushUntil(t, stA)
 	m, err := LoadFrom(ctx, bucket(t, "b", bDrv), "s")
 	if err != nil {

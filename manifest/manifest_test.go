@@ -33,6 +33,35 @@ func acquire(t *testing.T, st *Store) *Owner {
 	return o
 }
 
+// coldOpen is a cold open of shard "s" from bucket b alone (its driver d), by
+// instance "C" with lease options lo, which then commits parts: another history,
+// written on a replica while its owner could not reach it.
+func coldOpen(t *testing.T, d substrate.Driver, lo LeaseOptions, parts ...Part) *Owner {
+	t.Helper()
+	st := NewStore(bucket(t, "b", d))
+	t.Cleanup(st.Close)
+	c, _, err := Acquire(context.Background(), st, "s", "C", lo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if err := c.Commit(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// renew renews o's lease n times.
+func renew(t *testing.T, o *Owner, n int) {
+	t.Helper()
+	for range n {
+		if err := o.Renew(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
 	return substratetest.NewBucket(t, name, d)
 }

@@ -300,15 +300,6 @@ func mbps(bytes int64, d time.Duration) float64 {
 	return float64(bytes) / 1e6 / d.Seconds()
 }
 
-// durations converts ds to float64 seconds, for spreads and ratios of times.
-func seconds(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = d.Seconds()
-	}
-	return out
-}
-
 // each applies f to every element of vs.
 func each[T any](vs []T, f func(T) float64) []float64 {
 	out := make([]float64, len(vs))
