@@ -198,19 +198,7 @@ func TestBadInputGetsATypedErrorAndWritesNothing(t *testing.T) {
 	if _, err := sh.Append(ctx, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	canceled, cancel := context.WithCancel(ctx)
-	cancel()
-	for name, tc := range map[string]struct {
-		ctx  context.Context
-		recs [][]byte
-		want error
-	}{
-		"empty batch":      {ctx, nil, shard.ErrEmptyBatch},
-		"empty record":     {ctx, [][]byte{[]byte("x"), {}}, shard.ErrEmptyRecord},
-		"record too large": {ctx, [][]byte{[]byte("x"), make([]byte, 101)}, shard.ErrRecordTooLarge},
-		"batch too large":  {ctx, [][]byte{make([]byte, 100), make([]byte, 100), make([]byte, 51)}, shard.ErrBatchTooLarge},
-		"canceled context": {canceled, [][]byte{[]byte("x")}, context.Canceled},
-	} {
+	for name, tc := range badAppends(ctx) {
 		t.Run(name, func(t *testing.T) {
 			if _, err := sh.Append(tc.ctx, tc.recs...); !errors.Is(err, tc.want) {
 				t.Fatalf("Append: %v, want %v", err, tc.want)
@@ -361,4 +349,25 @@ func replicated(t *testing.T, a, b *substrate.Bucket) Options {
 	return Options{Dir: t.TempDir(), Replicas: []replica.Spec{
 		{Name: "a", Domain: "d1", Bucket: a}, {Name: "b", Domain: "d2", Bucket: b}},
 		Authority: "a", Seal: quietSealOptions()}
+}
+
+// badAppend is an append a shard refuses, and the error it refuses it with.
+type badAppend struct {
+	ctx  context.Context
+	recs [][]byte
+	want error
+}
+
+// badAppends are the appends refused by a shard whose limits are 100 bytes a
+// record and 250 a batch.
+func badAppends(ctx context.Context) map[string]badAppend {
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	return map[string]badAppend{
+		"empty batch":      {ctx, nil, shard.ErrEmptyBatch},
+		"empty record":     {ctx, [][]byte{[]byte("x"), {}}, shard.ErrEmptyRecord},
+		"record too large": {ctx, [][]byte{[]byte("x"), make([]byte, 101)}, shard.ErrRecordTooLarge},
+		"batch too large":  {ctx, [][]byte{make([]byte, 100), make([]byte, 100), make([]byte, 51)}, shard.ErrBatchTooLarge},
+		"canceled context": {canceled, [][]byte{[]byte("x")}, context.Canceled},
+	}
 }

@@ -57,19 +57,7 @@ func TestEveryAppendErrorSaysWhetherRecordsMayHaveBeenWritten(t *testing.T) {
 	if _, err := sh.Append(ctx, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	canceled, cancel := context.WithCancel(ctx)
-	cancel()
-	refusals := map[string]struct {
-		ctx  context.Context
-		recs [][]byte
-		want error
-	}{
-		"empty batch":      {ctx, nil, shard.ErrEmptyBatch},
-		"empty record":     {ctx, [][]byte{[]byte("x"), {}}, shard.ErrEmptyRecord},
-		"record too large": {ctx, [][]byte{[]byte("x"), make([]byte, 101)}, shard.ErrRecordTooLarge},
-		"batch too large":  {ctx, [][]byte{make([]byte, 100), make([]byte, 100), make([]byte, 51)}, shard.ErrBatchTooLarge},
-		"canceled context": {canceled, [][]byte{[]byte("x")}, context.Canceled},
-	}
+	refusals := badAppends(ctx)
 	refused := func(t *testing.T, sh *shard.Shard, err, want error, next uint64) {
 		t.Helper()
 		if !errors.Is(err, want) || errors.Is(err, shard.ErrOutcomeUnknown) {
