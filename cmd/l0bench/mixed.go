@@ -14,7 +14,6 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
-	"github.com/l0store/l0/shard"
 )
 
 // mixedRun is what one phase of the mixed scenario measured.
@@ -124,18 +123,13 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 	defer e.Close()
 	const shards, rateMBps = 8, 8.0
 	p := appendParams{appenders: 16, recordSize: recordSize, batch: 16}
-	handles := make([]*shard.Shard, shards)
-	for i := range handles {
-		if handles[i], err = e.OpenShard(ctx, fmt.Sprint("mixed-", i)); err != nil {
-			return mixedRun{}, err
-		}
+	handles, err := openEach(ctx, e, "mixed", shards)
+	if err != nil {
+		return mixedRun{}, err
 	}
 	recs := events(p.batch, p.recordSize, 6)
 	p = p.sized(recs)
-	s := &sink{append: func(w int) error {
-		_, err := handles[w%shards].Append(ctx, recs...)
-		return err
-	}}
+	s := &sink{append: appendTo(ctx, handles, func(int) [][]byte { return recs })}
 	var (
 		wg       sync.WaitGroup
 		readErr  atomic.Pointer[error]

@@ -18,7 +18,6 @@ import (
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
-	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -304,19 +303,14 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		return err
 	}
 	defer e.Close()
-	handles := make([]*shard.Shard, shards)
-	for i := range handles {
-		if handles[i], err = e.OpenShard(ctx, fmt.Sprint("lag-", i)); err != nil {
-			return err
-		}
+	handles, err := openEach(ctx, e, "lag", shards)
+	if err != nil {
+		return err
 	}
 	p := appendParams{appenders: shards, recordSize: recordSize, batch: 16}
 	recs := events(p.batch, p.recordSize, 4)
 	p = p.sized(recs)
-	s := &sink{append: func(w int) error {
-		_, err := handles[w%shards].Append(ctx, recs...)
-		return err
-	}}
+	s := &sink{append: appendTo(ctx, handles, func(int) [][]byte { return recs })}
 	prog := newProgress("lag", 1)
 	// A settling run until the first part is durable gives the baseline its bytes.
 	if _, err := runOpen(ctx, s, p, rateMBps, 0, time.Second); err != nil {

@@ -398,10 +398,7 @@ func openL0(ctx context.Context, dir string, p appendParams, shards int, trigger
 	}
 	payloads := p.payloads()
 	return &sink{
-		append: func(w int) error {
-			_, err := handles.shards[w%shards].Append(ctx, payloads[w]...)
-			return err
-		},
+		append:    appendTo(ctx, handles.shards, func(w int) [][]byte { return payloads[w] }),
 		syncs:     func() uint64 { return handles.engine.Metrics().WALFsyncs },
 		close:     func() error { closeAll(); return nil },
 		l0:        &handles,
@@ -428,14 +425,33 @@ func openShards(ctx context.Context, dir, label string, n int, triggers seal.Opt
 		return l0Shards{}, nil, err
 	}
 	closeAll := func() { e.Close(); bucket.Close() }
-	out := l0Shards{engine: e, shards: make([]*shard.Shard, n)}
-	for i := range out.shards {
-		if out.shards[i], err = e.OpenShard(ctx, fmt.Sprintf("%s-%d", label, i)); err != nil {
-			closeAll()
-			return l0Shards{}, nil, err
+	shards, err := openEach(ctx, e, label, n)
+	if err != nil {
+		closeAll()
+		return l0Shards{}, nil, err
+	}
+	return l0Shards{engine: e, shards: shards}, closeAll, nil
+}
+
+// openEach opens shards label-0 to label-(n-1) on e.
+func openEach(ctx context.Context, e *engine.Engine, label string, n int) ([]*shard.Shard, error) {
+	out := make([]*shard.Shard, n)
+	for i := range out {
+		var err error
+		if out[i], err = e.OpenShard(ctx, fmt.Sprintf("%s-%d", label, i)); err != nil {
+			return nil, err
 		}
 	}
-	return out, closeAll, nil
+	return out, nil
+}
+
+// appendTo is a sink's append: appender w appends batch(w) to shard w mod
+// len(shards).
+func appendTo(ctx context.Context, shards []*shard.Shard, batch func(w int) [][]byte) func(w int) error {
+	return func(w int) error {
+		_, err := shards[w%len(shards)].Append(ctx, batch(w)...)
+		return err
+	}
 }
 
 // sealState is what an engine has sealed and what it has left unsealed.
