@@ -1,6 +1,7 @@
 package tail
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -289,7 +290,7 @@ func Decode(data []byte) (Header, Index, [][][]byte, error) {
 	if err != nil {
 		return Header{}, Index{}, nil, err
 	}
-	ix, err := ReadIndex(bytesReaderAt(data), int64(len(data)))
+	ix, err := ReadIndex(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return Header{}, Index{}, nil, err
 	}
@@ -337,17 +338,4 @@ func parseHeader(data []byte) (Header, int, error) {
 		return Header{}, 0, corrupt(int64(at), "header checksum mismatch")
 	}
 	return h, at + 4, nil
-}
-
-type bytesReaderAt []byte
-
-func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off > int64(len(b)) {
-		return 0, io.EOF
-	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
 }
