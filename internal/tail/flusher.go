@@ -3,7 +3,6 @@ package tail
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -289,8 +288,4 @@ func (f *Flusher) ship(b *batch) error {
 			return ErrClosed
 		}
 	}
-}
-
-func (f *Flusher) String() string {
-	return fmt.Sprintf("tail flusher of %s incarnation %d", f.stream.instance, f.stream.incarnation)
 }
