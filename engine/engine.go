@@ -33,6 +33,7 @@ import (
 
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -84,6 +85,13 @@ type Engine struct {
 		files map[string]string
 	}
 	warnedUnderReplicated atomic.Bool
+
+	// tail ships every page the WAL takes (see openTail).
+	tail struct {
+		flusher     *tail.Flusher
+		replica     string // the replica it goes to
+		incarnation uint64 // of this engine's stream
+	}
 }
 
 // Open opens the engine in opts.Dir, creating the directory if needed, and recovers
@@ -148,6 +156,12 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
 	e.mu.files = make(map[string]string)
+	if err := e.openTail(); err != nil {
+		sealer.Close()
+		encoder.Close()
+		log.Close()
+		return nil, err
+	}
 	e.metrics = newMetrics(e)
 	upOpts := opts.Upload
 	upOpts.ObserveLag = func(d time.Duration) {
@@ -158,6 +172,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.uploader = replica.NewUploader(set, upOpts, e.recordReplica)
 	if err := e.metrics.register(opts.Registerer); err != nil {
+		e.tail.flusher.Close(context.Background())
 		e.uploader.Close()
 		sealer.Close()
 		encoder.Close()
@@ -249,7 +264,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		if err := releaseOwner(ctx, owner, e.log.Info(id).Pages > 0); err != nil {
+		if err := releaseOwner(ctx, owner, e.log.Info(id).Pages > 0, e.tail.flusher.Next()); err != nil {
 			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
 		}
 		return nil, ErrClosed
@@ -261,7 +276,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		UploadWait:  e.opts.Lease.Duration,
 		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Observer: e.metrics, Now: e.opts.Now,
+		Observer: e.metrics, Now: e.opts.Now, Tail: e.tail.flusher,
 		OnClose: func(inDoubt []manifest.Part) {
 			e.forget(id)
 			for _, p := range inDoubt {
@@ -288,70 +303,11 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	return sh, nil
 }
 
-// takeOver acquires the lease of shard id and settles its WAL pages: the pages this
-// engine wrote under the previous epoch are the new owner's backlog; pages of an
-// ownership another instance has since superseded are dropped and reported.
-//
-// Which it is gets decided, and superseded pages dropped, before the takeover is
-// published. Once the manifest names this instance at the WAL's epoch, the pages
-// look like ours whatever came before; so if the takeover landed and its reply was
-// lost, or the engine crashed before settling, a decision made afterwards would
-// splice another owner's superseded pages into the history.
-func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (owner *manifest.Owner, armed bool, err error) {
-	lease := e.opts.Lease
-	for _, o := range opts {
-		o(&lease)
-	}
-	owner, prev, err := manifest.Acquire(ctx, e.store, id, e.opts.Instance, lease, func(prev manifest.Manifest, epoch uint64) error {
-		// The WAL's pages are the previous owner's (ours) if we took the previous
-		// epoch: the WAL carries it, or the one after it from a takeover of ours
-		// that a crash (or a lost reply) kept from being seen.
-		walEpoch := e.log.Info(id).Epoch
-		if walEpoch > prev.Epoch+1 {
-			// The WAL saw a later epoch than the manifest holds: the bucket is not
-			// the one this engine used, or lost its manifest. Adopting now could drop
-			// acknowledged records; refuse.
-			return fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
-				ErrManifestBehind, walEpoch, id, e.set.Authority().Name, prev.Epoch)
-		}
-		ours := prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
-		if info := e.log.Info(id); !ours && (info.Pages > 0 || info.Next != prev.Sealed) {
-			// Another instance owned the shard since: whatever this WAL holds of it
-			// was superseded at prev.Sealed. Drop it durably before the takeover
-			// can be published; a later attempt finds nothing left to drop.
-			n, err := e.log.Adopt(id, walEpoch, prev.Sealed, false)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				e.metrics.stranded.Add(float64(n))
-				e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
-					"shard", id, "records", n, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
-			}
-		}
-		return e.log.SetEpoch(id, epoch)
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
-	}
-	// What is left is ours: drop what the manifest says is sealed (a seal that
-	// committed and did not truncate), keep the rest as the backlog.
-	if _, err := e.log.Adopt(id, owner.Epoch(), prev.Sealed, true); err != nil {
-		// The takeover landed: give the lease back, or it holds the shard from
-		// everyone until it runs out.
-		if rerr := releaseOwner(ctx, owner, true); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
-		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
-	}
-	return owner, e.log.Info(id).Pages > 0, nil
-}
-
 // releaseOwner gives a lease back, saying whether records past the sealed
 // watermark stay in this WAL.
-func releaseOwner(ctx context.Context, o *manifest.Owner, backlog bool) error {
+func releaseOwner(ctx context.Context, o *manifest.Owner, backlog bool, until uint64) error {
 	if backlog {
-		return o.ReleaseWithBacklog(ctx)
+		return o.ReleaseWithBacklog(ctx, until)
 	}
 	return o.Release(ctx)
 }
@@ -477,6 +433,11 @@ func (e *Engine) Close() error {
 	}
 	e.sealer.Close()
 	e.uploader.Close()
+	// Every shard shipped its pages as it retired; an append that failed is all
+	// that can be left, and its caller was told its outcome is unknown.
+	if err := e.tail.flusher.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("engine: close: the tail: %w", err))
+	}
 	// The releases' copies go out before the engine stops copying (within the same
 	// deadline); a replica they miss is brought up to date by the next owner.
 	if err := e.store.Flush(ctx); err != nil {

@@ -188,7 +188,7 @@ func TestAFailedInheritedSealIsRetriedAtItsBackoff(t *testing.T) {
 			t.Fatalf("retried after %s, before the %s backoff", took, opts.Seal.BackoffMin)
 		}
 		time.Sleep(200 * time.Millisecond)
-		if puts := bucket.Stats().Total(substrate.OpPutIfAbsent) - putsBefore; puts != 2 {
+		if puts := bucket.Stats().Total(substrate.OpPutIfAbsent) - putsBefore - e.Metrics().TailPuts; puts != 2 {
 			t.Fatalf("%d part puts, want 2: the failed one and its retry", puts)
 		}
 		readBackFromParts(t, sh, want)
@@ -316,7 +316,7 @@ func TestAFencedOwnerAcknowledgesNothing(t *testing.T) {
 		eb := open(t, opts)
 
 		a := openShard(t, ea, "orders-7")
-		appendBatches(t, a, 3)
+		acked := appendBatches(t, a, 3)
 		if _, err := eb.OpenShard(ctx, "orders-7"); !errors.Is(err, ErrOwned) {
 			t.Fatalf("B opened a shard A holds: %v", err)
 		}
@@ -338,15 +338,23 @@ func TestAFencedOwnerAcknowledgesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(m.Parts) != 0 || m.Owner != eb.Instance() || m.Epoch != bsh.Info().Epoch {
+		if m.Owner != eb.Instance() || m.Epoch != bsh.Info().Epoch {
 			t.Fatalf("manifest after the fenced seal: %+v", m)
+		}
+		for _, p := range m.Parts {
+			if p.Epoch != bsh.Info().Epoch {
+				t.Fatalf("part %s sealed at epoch %d, after B took epoch %d", p.Key, p.Epoch, bsh.Info().Epoch)
+			}
 		}
 		if got := ea.Metrics().AppendErrors[reasonFenced]; got != 100 {
 			t.Fatalf("%d fenced appends counted, want 100", got)
 		}
-		// B's shard is its own: it appends at the sealed watermark, 0.
-		if first, err := bsh.Append(ctx, []byte("b")); err != nil || first != 0 {
-			t.Fatalf("B's first append: %d, %v", first, err)
+		// B took A's 12 acknowledged records from A's tail, and appends after them.
+		if first, err := bsh.Append(ctx, []byte("b")); err != nil || first != uint64(len(acked)) {
+			t.Fatalf("B's first append: %d, %v; want %d, after A's", first, err, len(acked))
+		}
+		if got := readAll(t, bsh, 0); !equal(got[:len(acked)], acked) {
+			t.Fatalf("B reads %q, want A's %q first", got, acked)
 		}
 	})
 }

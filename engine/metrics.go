@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -44,6 +45,13 @@ type Metrics struct {
 	// nothing to it).
 	Uploads, UploadBytes, UploadLagMicrosTotal, DurableParts uint64
 	BackfillUploads, BackfillUploadBytes, UploadFailures     uint64
+	// TailPuts, TailBytes and TailPutFailures count the tail objects shipped, their
+	// record bytes, and the puts that failed (each is retried); TailUnshippedBytes
+	// is what the WAL holds that is not shipped yet. FencesWritten and FencesMet
+	// count the takeovers that fenced a previous owner's tail, and those that found
+	// it fenced already.
+	TailPuts, TailBytes, TailPutFailures, TailUnshippedBytes uint64
+	FencesWritten, FencesMet                                 uint64
 	// Config is what the declared replica set promises.
 	Config replica.Config
 	// Data is what the open shards' parts say: how many lack a copy, how many of
@@ -88,6 +96,9 @@ type metrics struct {
 	lag        prometheus.Histogram
 	uploads    []prometheus.Collector
 	seals      []prometheus.Collector
+	tail       []prometheus.Collector
+	fences     prometheus.Counter // fences this engine put on another's tail
+	fencesMet  prometheus.Counter // fences it found in place
 	unsealed   *prometheus.Desc
 	oldestAge  *prometheus.Desc
 	lastFsyncs atomic.Uint64 // the WAL's count, kept for Metrics after Close
@@ -157,6 +168,33 @@ func newMetrics(e *Engine) *metrics {
 		up("l0_upload_failures_total", "Upload jobs that gave up; a backfill repairs their parts.", func(s replica.Stats) uint64 { return s.UploadFailures }),
 		m.lag, durabilityCollector{m},
 	}
+	m.fences = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_tail_fences_written_total", Help: "Fences this engine put on a previous owner's tail stream at a takeover.",
+	})
+	m.fencesMet = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_tail_fences_met_total", Help: "Takeovers that found the previous owner's tail stream fenced already.",
+	})
+	flush := func(name, help string, f func(tail.FlushStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return f(e.tail.flusher.Stats()) })
+	}
+	m.tail = []prometheus.Collector{
+		flush("l0_tail_puts_total", "Tail objects shipped.", func(s tail.FlushStats) float64 { return float64(s.Puts) }),
+		flush("l0_tail_bytes_total", "Record bytes shipped in tail objects.", func(s tail.FlushStats) float64 { return float64(s.Bytes) }),
+		flush("l0_tail_put_failures_total", "Tail puts that failed (each is retried).", func(s tail.FlushStats) float64 { return float64(s.Failures) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses.",
+		}, func() float64 { return float64(e.tail.flusher.Stats().Pending) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "l0_tail_unshipped_age_seconds", Help: "Age of the oldest page not yet shipped to the tail; 0 without any.",
+		}, func() float64 {
+			if o := e.tail.flusher.Stats().Oldest; !o.IsZero() {
+				return max(0, time.Since(o).Seconds())
+			}
+			return 0
+		}),
+		m.fences, m.fencesMet,
+	}
 	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
 	}, func() float64 { return float64(m.walFsyncs()) })
@@ -172,6 +210,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	}
 	m.registerer = reg
 	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, shardCollector{m}}, m.seals...)
+	all = append(all, m.tail...)
 	for _, c := range append(all, m.uploads...) {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
@@ -195,6 +234,15 @@ func (m *metrics) walFsyncs() uint64 {
 		return n
 	}
 	return m.lastFsyncs.Load()
+}
+
+// fenceWritten counts a fence a takeover put (written) or found (met).
+func (m *metrics) fenceWritten(written bool) {
+	if written {
+		m.fences.Inc()
+	} else {
+		m.fencesMet.Inc()
+	}
 }
 
 // ObserveAppend implements shard.Observer.
@@ -256,6 +304,9 @@ func (e *Engine) Metrics() Metrics {
 	us := e.uploader.Stats()
 	out.Uploads, out.UploadBytes, out.UploadLagMicrosTotal, out.DurableParts = us.Uploads, us.UploadBytes, us.UploadLagMicrosTotal, us.DurableParts
 	out.BackfillUploads, out.BackfillUploadBytes, out.UploadFailures = us.BackfillUploads, us.BackfillUploadBytes, us.UploadFailures
+	ts := e.tail.flusher.Stats()
+	out.TailPuts, out.TailBytes, out.TailPutFailures, out.TailUnshippedBytes = ts.Puts, ts.Bytes, ts.Failures, uint64(ts.Pending)
+	out.FencesWritten, out.FencesMet = counterValue(m.fences), counterValue(m.fencesMet)
 	out.Config, out.Data = e.set.Config(), e.durability()
 	for _, r := range reasons {
 		out.AppendErrors[r] = counterValue(m.errors.WithLabelValues(r))

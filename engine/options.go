@@ -82,6 +82,74 @@ type Options struct {
 	// wrapper of it that injects faults or delays. Default vfs.Default. Part files
 	// and uploads go through the operating system.
 	FS vfs.FS
+	// Durability says when an append is acknowledged: Remote (the default) once it
+	// is on the tail replica as well as on the local disk, Local once it is on the
+	// local disk. See Durability.
+	Durability Durability
+	// Tail configures the remote tail: where it goes, how often it flushes, and
+	// the bounds of Local mode's unshipped window.
+	Tail TailOptions
+}
+
+// Durability is when an append is acknowledged.
+type Durability int
+
+const (
+	// Remote acknowledges an append once the tail object holding it, and every one
+	// before it, is durable on the tail replica (and the WAL synced): a nil error
+	// means the record survives the loss of the machine. An append waits for the
+	// next flush: on average half the flush interval plus one put.
+	Remote Durability = iota
+	// Local acknowledges an append once the WAL synced it; the tail follows within
+	// the flush interval. A machine lost for good loses what was not shipped yet:
+	// at most TailOptions' unshipped window, which the l0_tail_unshipped gauges
+	// report.
+	Local
+)
+
+func (d Durability) String() string {
+	switch d {
+	case Remote:
+		return "remote"
+	case Local:
+		return "local"
+	}
+	return fmt.Sprintf("Durability(%d)", int(d))
+}
+
+// TailOptions configure the remote tail: one engine-wide flusher that ships every
+// page the WAL takes, for all shards at once, as one object per flush, so that the
+// next owner of a shard on any machine reads what this one did not seal.
+type TailOptions struct {
+	// Replica names the replica the tail objects go to. Default: the authority.
+	// Every engine that may take over this one's shards must have it too.
+	Replica string
+	// Interval is the least time between the starts of two flushes while pages
+	// keep coming (an idle engine ships nothing). Default 50 ms.
+	Interval time.Duration
+	// Bytes starts a flush at once when this many record bytes are pending.
+	// Default 4 MiB.
+	Bytes int
+	// MaxUnshippedBytes and MaxUnshippedAge bound Local mode's window of records
+	// acknowledged and not yet shipped: an append waits while the window holds
+	// that many bytes, or its oldest page is that old. Defaults 64 MiB and 1 s.
+	MaxUnshippedBytes int
+	MaxUnshippedAge   time.Duration
+}
+
+func (o *TailOptions) ensureDefaults() {
+	if o.Interval == 0 {
+		o.Interval = 50 * time.Millisecond
+	}
+	if o.Bytes == 0 {
+		o.Bytes = 4 << 20
+	}
+	if o.MaxUnshippedBytes == 0 {
+		o.MaxUnshippedBytes = 64 << 20
+	}
+	if o.MaxUnshippedAge == 0 {
+		o.MaxUnshippedAge = time.Second
+	}
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -107,6 +175,7 @@ func (o *Options) EnsureDefaults() {
 	if o.RenewEvery == 0 {
 		o.RenewEvery = 10 * time.Second
 	}
+	o.Tail.ensureDefaults()
 }
 
 // Validate reports the first invalid field of defaulted options as an error wrapping
@@ -133,6 +202,10 @@ func (o *Options) validate() (*replica.Set, error) {
 		return nil, fmt.Errorf("%w: set Replicas or Bucket, not both", ErrInvalidOptions)
 	case o.RenewEvery <= 0 || o.RenewEvery >= o.Lease.Duration-2*o.Lease.SkewMargin:
 		return nil, fmt.Errorf("%w: RenewEvery %s with a lease of %s and a skew margin of %s", ErrInvalidOptions, o.RenewEvery, o.Lease.Duration, o.Lease.SkewMargin)
+	case o.Durability != Remote && o.Durability != Local:
+		return nil, fmt.Errorf("%w: Durability %d", ErrInvalidOptions, o.Durability)
+	case o.Tail.Interval < 0 || o.Tail.Bytes < 0 || o.Tail.MaxUnshippedBytes < 0 || o.Tail.MaxUnshippedAge < 0:
+		return nil, fmt.Errorf("%w: Tail %+v", ErrInvalidOptions, o.Tail)
 	}
 	if err := o.Seal.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
@@ -143,6 +216,9 @@ func (o *Options) validate() (*replica.Set, error) {
 	set, err := replica.NewSet(o.Replicas, o.Authority)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if _, ok := set.Get(o.Tail.Replica); o.Tail.Replica != "" && !ok {
+		return nil, fmt.Errorf("%w: Tail.Replica %q is not one of Replicas", ErrInvalidOptions, o.Tail.Replica)
 	}
 	return set, nil
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -18,32 +20,42 @@ import (
 )
 
 // supersede leaves machine A's WAL holding 10 acknowledged records of shard "s"
-// that machine B then superseded: A appends and retires (a lag move), B, on its
-// own Dir and client, takes over, appends 4 records and closes. It returns A's
-// options (its bucket goes through fd) and B's records.
+// that machine B then superseded: A appends in Local mode while its tail cannot be
+// shipped, and goes down keeping the lease; B, on its own Dir and client, waits for
+// the lease, fences A's tail, appends 4 records and retires (they stay in B's tail).
+// It returns A's options (its bucket goes through fd) and B's records.
 func supersede(t *testing.T) (Options, *fault.Driver, [][]byte) {
 	t.Helper()
 	ctx := context.Background()
 	drv := mem.New()
-	fd := fault.Wrap(drv, 1)
-	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "p", fd), Seal: quietSealOptions()}
-	optsB := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "p", drv), Seal: quietSealOptions()}
+	fd := fault.Wrap(drv, 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^tail/", Err: fault.ErrInjected})
+	lease := manifest.LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
+	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "p", fd), Seal: quietSealOptions(),
+		Durability: Local, Lease: lease, RenewEvery: 200 * time.Millisecond}
+	optsB := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "p", drv), Seal: quietSealOptions(),
+		Lease: lease, RenewEvery: 200 * time.Millisecond}
 
 	eA := open(t, optsA)
-	shA := openShard(t, eA, "s")
-	appendBatches(t, shA, 10)
-	if err := shA.Retire(ctx); err != nil {
-		t.Fatal(err)
+	appendBatches(t, openShard(t, eA, "s"), 10)
+	if err := eA.Close(); err == nil {
+		t.Fatal("A closed, retiring a shard whose tail it could not ship")
 	}
 	eB := open(t, optsB)
-	shB := openShard(t, eB, "s")
-	want := appendBatches(t, shB, 1)
-	if err := shB.Close(ctx); err != nil {
+	shB, err := eB.OpenShard(ctx, "s", WaitForLease())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eA.Close(); err != nil {
+	want := recs("b", 4) // unlike any of A's
+	if _, err := shB.Append(ctx, want...); err != nil {
 		t.Fatal(err)
 	}
+	if err := shB.Retire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := eB.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fd.SetRules()
 	return optsA, fd, want
 }
 

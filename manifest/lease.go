@@ -79,72 +79,121 @@ type validity struct {
 	err   error     // sticky: fenced or released
 }
 
-// Acquire takes shard's lease for instance: at once when the lease is released,
-// expired, or held by the same instance (an earlier incarnation, which the caller
-// knows is gone), otherwise after its expiry with opts.Wait or else ErrOwned. It
-// bumps the epoch, which fences any earlier owner, and returns the Owner and the
-// manifest as it was before the takeover.
-//
-// before, if not nil, runs just before the takeover is published, with that
-// manifest and the epoch about to be taken; an error from it abandons the takeover.
-// The engine records the epoch in its WAL there, so that after a crash at any point
-// the WAL says which owner its pages belong to.
+// Acquire takes shard's lease for instance: Inspect, then before (if not nil) with
+// the manifest as it was and the epoch about to be taken, then Take with no tail
+// pointer, again from Inspect while another write comes between. An error from
+// before abandons the takeover. It returns the Owner and the manifest as it was
+// before the takeover.
 func Acquire(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions, before func(prev Manifest, epoch uint64) error) (*Owner, Manifest, error) {
+	for {
+		c, err := Inspect(ctx, store, shard, instance, opts)
+		if err != nil {
+			return nil, Manifest{}, err
+		}
+		if before != nil {
+			if err := before(c.Prev, c.Epoch()); err != nil {
+				return nil, Manifest{}, err
+			}
+		}
+		o, err := Take(ctx, store, c, instance, opts, nil)
+		if errors.Is(err, ErrMoved) {
+			continue
+		}
+		if err != nil {
+			return nil, Manifest{}, err
+		}
+		return o, c.Prev, nil
+	}
+}
+
+// Claim is a shard's manifest as a takeover found it: Inspect reads it, and Take
+// publishes the takeover over it unless another write came between.
+type Claim struct {
+	// Prev is the manifest before the takeover.
+	Prev Manifest
+	// Expired reports a lease another instance held and did not release, which
+	// ran out: that owner may still be running, and must be fenced from whatever
+	// it writes outside the manifest (its tail) before that is read.
+	Expired bool
+	ver     substrate.Version
+}
+
+// Epoch is the owner epoch the takeover takes.
+func (c Claim) Epoch() uint64 { return c.Prev.Epoch + 1 }
+
+// Inspect reads shard's manifest for a takeover by instance: at once when the lease
+// is released, expired, or held by the same instance (an earlier incarnation, which
+// the caller knows is gone); otherwise after its expiry with opts.Wait, or else
+// ErrOwned.
+func Inspect(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions) (Claim, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
-		return nil, Manifest{}, err
+		return Claim{}, err
 	}
 	for {
 		m, ver, err := store.Load(ctx, shard)
 		if err != nil {
-			return nil, Manifest{}, err
+			return Claim{}, err
 		}
-		now := opts.Now()
-		if !m.Released && m.Owner != "" && m.Owner != instance {
-			if takeover := m.LeaseExpiry.Add(opts.SkewMargin); now.Before(takeover) {
-				if !opts.Wait {
-					return nil, Manifest{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: m.LeaseExpiry}
-				}
-				if err := sleep(ctx, takeover.Sub(now)); err != nil {
-					return nil, Manifest{}, err
-				}
-				continue
+		held := !m.Released && m.Owner != "" && m.Owner != instance
+		if takeover := m.LeaseExpiry.Add(opts.SkewMargin); held && opts.Now().Before(takeover) {
+			if !opts.Wait {
+				return Claim{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: m.LeaseExpiry}
 			}
-		}
-		prev := m.Clone()
-		if a := store.authorityName(); m.Authority != a {
-			if m.Epoch > 0 { // not a new shard: its history so far is another's, or unnamed
-				m.Fork = &Fork{Authority: m.Authority, Epoch: m.Epoch, Seq: m.Seq}
+			if err := sleep(ctx, takeover.Sub(opts.Now())); err != nil {
+				return Claim{}, err
 			}
-			m.Authority = a
+			continue
 		}
-		m.Epoch++
-		m.Seq++
-		m.Owner, m.Released, m.Backlog = instance, false, false
-		m.LeaseExpiry = now.Add(opts.Duration)
-		if before != nil {
-			if err := before(prev, m.Epoch); err != nil {
-				return nil, Manifest{}, err
-			}
-		}
-		newVer, data, err := store.publish(ctx, m, ver)
-		if errors.Is(err, substrate.ErrPreconditionFailed) {
-			continue // another instance wrote first, or our write did and its reply was lost: look again
-		}
-		if err != nil {
-			// The takeover may have landed with its reply lost: reading back tells.
-			_, curVer, landed, lerr := store.settle(ctx, m, data)
-			if !landed {
-				return nil, Manifest{}, fmt.Errorf("manifest %s: acquire: %w", shard, errors.Join(err, lerr))
-			}
-			newVer = curVer
-		}
-		o := &Owner{store: store, instance: instance, epoch: m.Epoch, opts: opts}
-		o.published.Store(&m)
-		o.validity.Store(&validity{until: o.validUntil(now)})
-		o.mu.ver = newVer
-		return o, prev, nil
+		return Claim{Prev: m, Expired: held, ver: ver}, nil
 	}
+}
+
+// Take publishes the takeover of c by instance, by compare-and-swap: it bumps the
+// epoch, which fences any earlier owner, takes the lease, and sets the shard's tail
+// pointer to tail. ErrMoved means another write came after c was read: inspect
+// again.
+func Take(ctx context.Context, store *Store, c Claim, instance string, opts LeaseOptions, tail *Tail) (*Owner, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	now := opts.Now()
+	m := c.Prev.Clone()
+	if a := store.authorityName(); m.Authority != a {
+		if m.Epoch > 0 { // not a new shard: its history so far is another's, or unnamed
+			m.Fork = &Fork{Authority: m.Authority, Epoch: m.Epoch, Seq: m.Seq}
+		}
+		m.Authority = a
+	}
+	m.Epoch = c.Epoch()
+	m.Seq++
+	m.Owner, m.Released, m.Backlog = instance, false, false
+	m.LeaseExpiry = now.Add(opts.Duration)
+	m.Tail = nil
+	if tail != nil {
+		t := *tail
+		m.Tail = &t
+	}
+	newVer, data, err := store.publish(ctx, m, c.ver)
+	if errors.Is(err, substrate.ErrPreconditionFailed) {
+		// Another instance wrote first, or our write did and its reply was lost:
+		// either way, look again.
+		return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, ErrMoved)
+	}
+	if err != nil {
+		// The takeover may have landed with its reply lost: reading back tells.
+		_, curVer, landed, lerr := store.settle(ctx, m, data)
+		if !landed {
+			return nil, fmt.Errorf("manifest %s: acquire: %w", m.Shard, errors.Join(err, lerr))
+		}
+		newVer = curVer
+	}
+	o := &Owner{store: store, instance: instance, epoch: m.Epoch, opts: opts}
+	o.published.Store(&m)
+	o.validity.Store(&validity{until: o.validUntil(now)})
+	o.mu.ver = newVer
+	return o, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -277,16 +326,27 @@ const maxConflicts = 8
 
 // Release gives the lease up, so the next Acquire takes over at once. Every later
 // call fails with ErrReleased.
-func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false) }
+func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false, 0) }
 
 // ReleaseWithBacklog is Release by an owner that leaves records past the sealed
-// watermark in its WAL; the manifest says so (Backlog), so that no copy takes
-// the released history for one that lost nothing.
-func (o *Owner) ReleaseWithBacklog(ctx context.Context) error { return o.release(ctx, true) }
+// watermark in its WAL, and shipped them in its tail stream, to the shard's
+// sections of the objects before sequence until; the manifest says so (Backlog,
+// Tail.Until), so that no copy takes the released history for one that lost
+// nothing, and the next owner reads the tail to its end without fencing it. With
+// no tail pointer, until is ignored.
+func (o *Owner) ReleaseWithBacklog(ctx context.Context, until uint64) error {
+	return o.release(ctx, true, until)
+}
 
-func (o *Owner) release(ctx context.Context, backlog bool) error {
+func (o *Owner) release(ctx context.Context, backlog bool, until uint64) error {
 	err := o.update(ctx, func(m *Manifest) error {
 		m.Released, m.Backlog, m.LeaseExpiry = true, backlog, time.Time{}
+		switch {
+		case !backlog:
+			m.Tail = nil // everything is sealed: no tail to read
+		case m.Tail != nil:
+			m.Tail.Until = until
+		}
 		return nil
 	})
 	if err == nil {

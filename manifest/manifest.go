@@ -51,6 +51,10 @@ var (
 	// epoch: the shard had two authorities, and the copy leaves the replica as it is.
 	ErrDiverged = errors.New("manifest: histories diverged")
 
+	// ErrMoved reports a takeover whose manifest another write changed after it
+	// was inspected.
+	ErrMoved = errors.New("manifest: changed since inspected")
+
 	// ErrClosed reports a wait for a copy that the Store's Close dropped.
 	ErrClosed = errors.New("manifest: store closed")
 
@@ -101,6 +105,22 @@ type Manifest struct {
 	// and the WAL holds nothing below it.
 	Sealed uint64 `json:"sealed"`
 	Parts  []Part `json:"parts"`
+	// Tail points at the tail stream that holds the owner's records past Sealed,
+	// for an owner on another machine to read; nil when no owner shipped one.
+	Tail *Tail `json:"tail,omitempty"`
+}
+
+// Tail is where a shard's unsealed records are on the object store: the objects of
+// the owner's tail stream (instance, incarnation) on the replica named Replica, from
+// sequence From on, in their sections of the shard under the manifest's epoch. Until, when not zero, is the
+// end of what the owner shipped of the shard, recorded as it released the lease:
+// a reader stops there, where otherwise it fences the stream first.
+type Tail struct {
+	Replica     string `json:"replica"`
+	Instance    string `json:"instance"`
+	Incarnation uint64 `json:"incarnation"`
+	From        uint64 `json:"from"`
+	Until       uint64 `json:"until,omitempty"`
 }
 
 // Fork is the manifest of another authority's history that a takeover started
@@ -152,6 +172,10 @@ func (m Manifest) Clone() Manifest {
 	if m.Fork != nil {
 		f := *m.Fork
 		m.Fork = &f
+	}
+	if m.Tail != nil {
+		t := *m.Tail
+		m.Tail = &t
 	}
 	m.Parts = slices.Clone(m.Parts)
 	for i := range m.Parts {

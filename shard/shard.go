@@ -24,6 +24,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -91,6 +92,9 @@ type Config struct {
 	// commit had an unknown outcome that it could not settle: each may be in the
 	// manifest without its copies (a backfill repairs that).
 	OnClose func(inDoubt []manifest.Part)
+	// Tail, if set, is the engine's tail flusher, which the WAL gives the shard's
+	// pages to: Retire waits for them to be shipped and records where they end.
+	Tail *tail.Flusher
 }
 
 // Shard is one open shard. It is safe for concurrent use.
@@ -230,10 +234,13 @@ func (s *Shard) closed() {
 }
 
 // Retire stops the shard at once for a lag move: it stops intake, cancels
-// a seal in flight, and releases the lease without sealing. The unsealed pages stay
-// in the WAL, and the next open of the shard on this engine's directory seals them
-// at its first evaluation. A part whose commit had an unknown outcome is settled
-// first, and if it was committed, copied: the next owner would not know to.
+// a seal in flight, waits for its pages to be shipped in the tail, and releases the
+// lease without sealing, with the tail's end recorded. The unsealed pages stay in
+// the WAL and in the tail, and the next open of the shard, on this engine's
+// directory or on another machine's, seals them at once. A part whose commit had an
+// unknown outcome is settled first, and if it was committed, copied: the next owner
+// would not know to. If the pages cannot be shipped, the lease is kept: it runs
+// out, and the next owner fences the tail and reads what was shipped.
 func (s *Shard) Retire(ctx context.Context) error {
 	if !s.stopIntake() {
 		return fmt.Errorf("shard %q: %w", s.id, ErrClosed)
@@ -245,7 +252,15 @@ func (s *Shard) Retire(ctx context.Context) error {
 	}
 	release := s.cfg.Owner.Release
 	if s.cfg.Log.Info(s.id).Pages > 0 {
-		release = s.cfg.Owner.ReleaseWithBacklog // the next owner must know it cannot read them
+		var until uint64
+		if s.cfg.Tail != nil {
+			if err := s.cfg.Log.WaitShipped(ctx, s.id); err != nil {
+				return fmt.Errorf("shard %q: retire: the tail was not shipped, so the lease is kept: %w", s.id, err)
+			}
+			until = s.cfg.Tail.Next()
+		}
+		// The next owner must know there is a backlog, and where its tail ends.
+		release = func(ctx context.Context) error { return s.cfg.Owner.ReleaseWithBacklog(ctx, until) }
 	}
 	if err := release(ctx); err != nil {
 		return fmt.Errorf("shard %q: retire: %w", s.id, err)

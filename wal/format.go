@@ -45,8 +45,9 @@ var (
 	// longer the shard's: a newer owner opened the shard on this log.
 	ErrStaleEpoch = errors.New("wal: stale owner epoch")
 	// ErrUnknownOutcome reports an append that entered the log but whose sync (or
-	// commit) failed: its page may be durable, and may be read back after a reopen.
-	// The Log refuses every later call.
+	// commit) failed, or whose page was not shipped (see Log.ShipTo): its page may
+	// be durable, and may be read back after a reopen. After a failed sync or
+	// commit the Log refuses every later call; after a failed shipment it does not.
 	ErrUnknownOutcome = errors.New("wal: append outcome unknown")
 	// ErrFailed reports a call refused because an earlier sync or commit failed:
 	// it wrote nothing.

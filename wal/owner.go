@@ -69,6 +69,71 @@ func (l *Log) Adopt(shard string, epoch, sealed uint64, keep bool) (stranded uin
 	return stranded, l.resetLocked(shard, st, sealed)
 }
 
+// Import replaces the shard's pages with recs, whose offsets start at first, for an
+// owner that read them from another machine's tail: every page of the shard goes,
+// the records at and above sealed become its pages, and the shard continues after
+// them. It is one synced batch: a crash leaves the old pages or the new ones. The
+// epoch must be the shard's, and first at or below sealed.
+func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) error {
+	if err := l.enter(); err != nil {
+		return err
+	}
+	defer l.exit()
+	if first > sealed {
+		return fmt.Errorf("wal: import shard %q: records from %d, sealed watermark %d: %w", shard, first, sealed, ErrNotPageBoundary)
+	}
+	if skip := sealed - first; skip < uint64(len(recs)) {
+		recs = recs[skip:]
+	} else {
+		recs = nil
+	}
+	st := l.state(shard)
+	st.truncating.Lock()
+	defer st.truncating.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if epoch != st.mu.epoch {
+		return fmt.Errorf("wal: import shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := dropBatch(b, shard, pagesEnd(shard), sealed); err != nil {
+		return err
+	}
+	now := l.opts.Now()
+	next, pages, payload := sealed, 0, uint64(0)
+	for len(recs) > 0 {
+		// Pages as large as an append's: a tail section can hold many appends.
+		n, size := 0, 0
+		for n < len(recs) && n < importPageRecords && (n == 0 || size+len(recs[n]) <= importPageBytes) {
+			size += len(recs[n])
+			n++
+		}
+		if err := b.Set(pageKey(shard, next), encodePage(nil, shard, next, now, recs[:n]), nil); err != nil {
+			return err
+		}
+		next, pages, payload, recs = next+uint64(n), pages+1, payload+uint64(size), recs[n:]
+	}
+	if err := l.db.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: import shard %q: %w", shard, err)
+	}
+	st.setFloorLocked(sealed)
+	st.mu.next, st.mu.pages, st.mu.payload = next, pages, payload
+	st.mu.oldest = time.Time{}
+	if pages > 0 {
+		st.mu.oldest = now
+	}
+	st.acked.Store(next)
+	l.changes.Add(1)
+	return nil
+}
+
+// Bounds on the pages Import writes.
+const (
+	importPageRecords = 1 << 16
+	importPageBytes   = 4 << 20
+)
+
 // adoptLocked keeps the pages at and above sealed and drops the rest.
 func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 	if sealed >= st.mu.next {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/l0store/l0/internal/tail"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -96,6 +98,9 @@ type Log struct {
 	// failed is set when a commit was applied but its sync failed: from then on the
 	// in-memory offsets may be ahead of the disk, so the Log refuses everything.
 	failed atomic.Pointer[error]
+	// tail ships every page (see ShipTo).
+	tail *tail.Flusher
+	ship ShipOptions
 }
 
 // shardState is what the Log knows of one shard without reading its pages.
@@ -110,6 +115,8 @@ type shardState struct {
 		payload uint64    // record bytes in the shard's pages
 		oldest  time.Time // appended-at of the first page; zero without pages
 		epoch   uint64    // the owner epoch appends and truncations must carry
+		// shipping is the ticket of the shard's last page given to the tail.
+		shipping *tail.Ticket
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
 	// their sync. floorMark is mu.floor once that is durable, for the watermark
@@ -305,6 +312,11 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		return 0, err
 	}
 	defer l.exit()
+	if l.tail != nil && !l.ship.Remote {
+		if err := l.tail.WaitRoom(ctx, l.ship.MaxBytes, l.ship.MaxAge); err != nil {
+			return 0, fmt.Errorf("wal: waiting for the tail: %w", err)
+		}
+	}
 	st := l.state(shard)
 	key := pageKey(shard, 0)
 	vlen := pageLen(recs)
@@ -345,6 +357,13 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		l.failed.CompareAndSwap(nil, &err)
 		return 0, err
 	}
+	var ship *tail.Ticket
+	if l.tail != nil {
+		// Given under the lock, so that the tail gets the shard's pages in offset
+		// order; shipped while the fsync runs.
+		ship = l.tail.Add(shard, epoch, first, recs)
+		st.mu.shipping = ship
+	}
 	if st.mu.pages == 0 {
 		st.mu.oldest = now
 	}
@@ -360,6 +379,14 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		l.failed.CompareAndSwap(nil, &err)
 		return 0, err
 	}
+	if l.ship.Remote {
+		// The page is durable here, and must be on the object store too before it
+		// is acknowledged or read. A page that fails to ship stays in the log,
+		// unacknowledged, like one whose reply a crash lost.
+		if err := ship.Wait(ctx); err != nil {
+			return 0, fmt.Errorf("wal: ship: %w: %w", ErrUnknownOutcome, err)
+		}
+	}
 	// Appends of a shard sync in offset order, but may return out of it.
 	for end := first + uint64(len(recs)); ; {
 		acked := st.acked.Load()
@@ -369,6 +396,37 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	}
 	l.changes.Add(1)
 	return first, nil
+}
+
+// ShipOptions say how appends wait for the tail.
+type ShipOptions struct {
+	// Remote makes Append return only once its page is shipped as well as synced;
+	// reads see a page only then.
+	Remote bool
+	// MaxBytes and MaxAge bound, without Remote, what the tail has been given and
+	// not shipped: an append waits, before it enters the log, while the pending
+	// pages hold MaxBytes or the oldest is MaxAge old. Zero is no bound.
+	MaxBytes int
+	MaxAge   time.Duration
+}
+
+// ShipTo makes the log give every page appended from now on to f, which ships it to
+// the object store. Call it once, before the first append.
+func (l *Log) ShipTo(f *tail.Flusher, opts ShipOptions) {
+	l.tail, l.ship = f, opts
+}
+
+// WaitShipped waits until every page of the shard given to the tail is shipped, and
+// returns the error of the last one if it failed.
+func (l *Log) WaitShipped(ctx context.Context, shard string) error {
+	st := l.state(shard)
+	st.mu.Lock()
+	t := st.mu.shipping
+	st.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	return t.Wait(ctx)
 }
 
 // ShardInfo is what the Log knows of a shard's unsealed pages.

@@ -114,7 +114,7 @@ func measureIdle(ctx context.Context, cfg config, dir string, g *remote) (idleFi
 		return idleFigures{}, err
 	}
 	defer bucket.Close()
-	e, err := engine.Open(ctx, engine.Options{
+	e, err := engine.Open(ctx, engine.Options{Durability: durability,
 		Dir: dir, Replicas: []replica.Spec{{Name: g.kind, Domain: "cloud", Bucket: bucket}},
 		Seal: quietSeal(), RenewEvery: idleRenewEvery, Registerer: engineRegisterer("idle"),
 	})

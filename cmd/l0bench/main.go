@@ -74,6 +74,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/seal"
 )
 
@@ -137,12 +138,21 @@ func main() {
 	flag.IntVar(&cfg.batch, "batch", 16, "append: records per append")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (with several scenarios, one per scenario: FILE.SCENARIO)")
 	flag.StringVar(&remoteKind, "remote", "gcs", "the remote replica of inherited-seal, backfill, lag and idle: gcs (in-process fake-gcs-server, or STORAGE_EMULATOR_HOST) or s3 (AWS_ENDPOINT_URL, or versitygw as a process)")
+	durabilityFlag := flag.String("durability", "local", "the engines' durability mode outside the tail scenario: local (acknowledged on the local fsync) or remote (on the tail put too)")
 	metricsAddr := flag.String("metrics-addr", "", "serve the engines' and buckets' Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9464")
 	flag.Parse()
 	cfg.scenarios = strings.Split(scenarios, ",")
 	var err error
 	if cfg.shards, err = parseInts(shards); err != nil {
 		fatalf("-shards: %v", err)
+	}
+	switch *durabilityFlag {
+	case "local":
+		durability = engine.Local
+	case "remote":
+		durability = engine.Remote
+	default:
+		fatalf("-durability: %q is neither local nor remote", *durabilityFlag)
 	}
 	if remoteKind != "gcs" && remoteKind != "s3" {
 		fatalf("-remote: %q is neither gcs nor s3", remoteKind)
@@ -396,6 +406,9 @@ func serveMetrics(addr string) (stop func(), err error) {
 	fmt.Fprintf(os.Stderr, "l0bench: metrics at http://%s/metrics\n", l.Addr())
 	return func() { srv.Close() }, nil
 }
+
+// durability is the engines' durability mode, but in the tail scenario.
+var durability = engine.Local
 
 // engineRegisterer is the Registerer of an engine of the run, labelled so that two
 // engines open at once do not collide; nil without -metrics-addr.

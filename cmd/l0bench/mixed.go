@@ -104,7 +104,7 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 	defer g.discard(ctx, remoteBucket)
 	var run mixedRun
 	var mu sync.Mutex
-	opts := engine.Options{
+	opts := engine.Options{Durability: durability,
 		Dir: filepath.Join(dir, "engine"), Authority: "local", Seal: quietSeal(), Registerer: engineRegisterer("mixed"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remoteBucket}},
 		Upload: replica.Options{ObserveLag: func(d time.Duration) {

@@ -50,7 +50,7 @@ func openScenario(ctx context.Context, cfg config, root string, out, results io.
 	}
 
 	start := time.Now()
-	e, err := engine.Open(ctx, engine.Options{Dir: engineDir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("open")})
+	e, err := engine.Open(ctx, engine.Options{Durability: durability, Dir: engineDir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("open")})
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func buildOpenShard(ctx context.Context, cfg config, dir string, bucket *substra
 	for _, r := range recs {
 		rawBytes += int64(len(r))
 	}
-	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("open")})
+	e, err := engine.Open(ctx, engine.Options{Durability: durability, Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("open")})
 	if err != nil {
 		return 0, 0, err
 	}

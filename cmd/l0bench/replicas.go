@@ -108,7 +108,7 @@ func runBackfill(ctx context.Context, dir string, g *remote, h history) (time.Du
 		return 0, err
 	}
 	defer g.discard(ctx, remote)
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local", Registerer: engineRegisterer("backfill"),
+	e, err := engine.Open(ctx, engine.Options{Durability: durability, Dir: filepath.Join(dir, "engine"), Seal: quietSeal(), Authority: "local", Registerer: engineRegisterer("backfill"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remote}}})
 	if err != nil {
 		return 0, err
@@ -282,7 +282,7 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 	slice := func() int { return min(rounds-1, int(time.Since(begin)*time.Duration(rounds)/cfg.lagFor)) }
 	durable := make(chan struct{}, 1024)
 	const shards, rateMBps, partBytes = 8, 8.0, 512 << 10
-	e, err := engine.Open(ctx, engine.Options{
+	e, err := engine.Open(ctx, engine.Options{Durability: durability,
 		Dir: filepath.Join(root, "lag-engine"), Authority: "local", Registerer: engineRegisterer("lag"),
 		Replicas: []replica.Spec{{Name: "local", Domain: "node", Bucket: local}, {Name: g.kind, Domain: "cloud", Bucket: remote}},
 		Seal:     seal.Options{SizeBytes: partBytes, Age: time.Hour, Interval: 50 * time.Millisecond},

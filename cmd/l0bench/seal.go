@@ -111,7 +111,7 @@ func quietSeal() seal.Options {
 // backlog opens an engine in dir on bucket and appends recs to shard id in batches
 // of 16.
 func backlog(ctx context.Context, dir string, bucket *substrate.Bucket, id string, recs [][]byte) (*engine.Engine, *shard.Shard, error) {
-	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("backlog")})
+	e, err := engine.Open(ctx, engine.Options{Durability: durability, Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("backlog")})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -215,7 +215,7 @@ func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, dir
 	if err := e.Close(); err != nil {
 		return 0, 0, err
 	}
-	e, err = engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("inherited")})
+	e, err = engine.Open(ctx, engine.Options{Durability: durability, Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("inherited")})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -419,7 +419,7 @@ func openShards(ctx context.Context, dir, label string, n int, triggers seal.Opt
 	if err != nil {
 		return l0Shards{}, nil, err
 	}
-	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket, Seal: triggers, Registerer: engineRegisterer(label)})
+	e, err := engine.Open(ctx, engine.Options{Durability: durability, Dir: filepath.Join(dir, "engine"), Bucket: bucket, Seal: triggers, Registerer: engineRegisterer(label)})
 	if err != nil {
 		bucket.Close()
 		return l0Shards{}, nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,6 +45,8 @@ func (o *FlushOptions) ensureDefaults() {
 type FlushStats struct {
 	Puts, Bytes, Failures uint64 // objects shipped, their bytes, puts that failed
 	Pending               int    // record bytes given and not yet shipped
+	// Oldest is when the oldest page not yet shipped was given; zero when none.
+	Oldest time.Time
 }
 
 // Ticket is a page given to a flusher: Wait returns once it is shipped.
@@ -66,6 +69,7 @@ func (t *Ticket) Wait(ctx context.Context) error {
 
 // batch is the pages of one object to come: a section per shard.
 type batch struct {
+	added    time.Time // when its first page was given
 	sections []Section
 	index    map[string]int // shard → its section
 	bytes    int
@@ -81,6 +85,9 @@ type Flusher struct {
 	opts   FlushOptions
 	wake   chan struct{}
 	done   chan struct{}
+	// next is the sequence of the next object put, or of the one in flight: every
+	// page given from now on goes in an object at or after it.
+	nextSeq atomic.Uint64
 	// ctx ends when Close gives up waiting: the put in flight is abandoned.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -90,6 +97,9 @@ type Flusher struct {
 		batches []*batch // the pending objects, in order; the last one takes pages
 		stats   FlushStats
 		err     error // ErrFenced or ErrClosed once the flusher stopped
+		// shipped is closed and replaced each time an object is shipped or the
+		// flusher stops: WaitRoom waits on it.
+		shipped chan struct{}
 	}
 }
 
@@ -97,6 +107,8 @@ type Flusher struct {
 func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
 	opts.ensureDefaults()
 	f := &Flusher{stream: stream, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	f.nextSeq.Store(stream.Next())
+	f.mu.shipped = make(chan struct{})
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.loop()
 	return f
@@ -122,6 +134,9 @@ func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket 
 		return t
 	}
 	b := f.current()
+	if len(b.tickets) == 0 {
+		b.added = f.opts.Now()
+	}
 	i, ok := b.index[shard]
 	if ok && (b.sections[i].Epoch != epoch || b.sections[i].First+uint64(len(b.sections[i].Records)) != first) {
 		b = f.next()
@@ -164,7 +179,49 @@ func (f *Flusher) next() *batch {
 func (f *Flusher) Stats() FlushStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.mu.stats
+	st := f.mu.stats
+	for _, b := range f.mu.batches {
+		if len(b.tickets) > 0 {
+			st.Oldest = b.added
+			break
+		}
+	}
+	return st
+}
+
+// Next is a sequence at or below that of every object holding a page given from
+// now on: the sequence of the object in flight, or else of the next one.
+func (f *Flusher) Next() uint64 { return f.nextSeq.Load() }
+
+// WaitRoom waits until fewer than maxBytes of record bytes are pending and the
+// oldest pending page was given less than maxAge ago, or ctx ends, or the flusher
+// stopped (its error). A zero bound is no bound.
+func (f *Flusher) WaitRoom(ctx context.Context, maxBytes int, maxAge time.Duration) error {
+	for {
+		st := f.Stats()
+		f.mu.Lock()
+		err, shipped := f.mu.err, f.mu.shipped
+		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		full := maxBytes > 0 && st.Pending >= maxBytes
+		old := maxAge > 0 && !st.Oldest.IsZero() && f.opts.Now().Sub(st.Oldest) >= maxAge
+		if !full && !old {
+			return nil
+		}
+		select {
+		case <-shipped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// shippedLocked wakes the WaitRoom calls, f.mu held.
+func (f *Flusher) shippedLocked() {
+	close(f.mu.shipped)
+	f.mu.shipped = make(chan struct{})
 }
 
 // Close stops the flusher once what it was given is shipped, or when ctx ends,
@@ -205,6 +262,7 @@ func (f *Flusher) stop(err error) {
 	if !errors.Is(f.mu.err, ErrFenced) {
 		f.mu.err = err
 	}
+	f.shippedLocked()
 }
 
 func (f *Flusher) loop() {
@@ -260,6 +318,8 @@ func (f *Flusher) ship(b *batch) error {
 		f.mu.Lock()
 		if err == nil {
 			f.mu.batches = f.mu.batches[1:]
+			f.nextSeq.Store(f.stream.Next())
+			f.shippedLocked()
 			f.mu.stats.Puts++
 			f.mu.stats.Bytes += uint64(b.bytes)
 			f.mu.stats.Pending -= b.bytes

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/l0store/l0/manifest"
+)
+
+// takeOver takes shard id over, as one unit, and returns its owner and whether it
+// has a backlog to seal at once:
+//
+//  1. Inspect the manifest (waiting for a lease another instance holds, with
+//     WaitForLease).
+//  2. If that instance's lease ran out unreleased, fence its tail stream, so that
+//     it can acknowledge nothing more, and inspect again: what it committed before
+//     the fence is in the manifest now.
+//  3. Settle the WAL: if the pages it holds are this engine's own from the
+//     previous ownership (a restart, or a lag move back to this Dir), they are
+//     the backlog; otherwise they were superseded, and the backlog is what the
+//     previous owner shipped to its tail past the sealed watermark, imported.
+//  4. Ship the backlog to this engine's tail under the new epoch.
+//  5. Publish the takeover, pointing the manifest at this engine's tail; if
+//     another write came first, start again.
+//
+// Everything before the publish is safe to redo: a crash, a lost reply or a lost
+// race leaves the WAL at the new epoch with the backlog, and a tail object no
+// manifest points at; the next attempt decides again from the manifest. Deciding
+// after the publish would not be: once the manifest names this instance at the
+// WAL's epoch, superseded pages look like ours.
+func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*manifest.Owner, bool, error) {
+	lease := e.opts.Lease
+	for _, o := range opts {
+		o(&lease)
+	}
+	for {
+		owner, err := e.takeOverOnce(ctx, id, lease)
+		if errors.Is(err, manifest.ErrMoved) {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
+		}
+		return owner, e.log.Info(id).Pages > 0, nil
+	}
+}
+
+// takeOverOnce is one attempt of takeOver; manifest.ErrMoved means start again.
+func (e *Engine) takeOverOnce(ctx context.Context, id string, lease manifest.LeaseOptions) (*manifest.Owner, error) {
+	c, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, lease)
+	if err != nil {
+		return nil, err
+	}
+	prev := c.Prev
+	walEpoch := e.log.Info(id).Epoch
+	if walEpoch > prev.Epoch+1 {
+		// The WAL saw a later epoch than the manifest holds: the bucket is not the
+		// one this engine used, or lost its manifest. Adopting now could drop
+		// acknowledged records; refuse.
+		return nil, fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
+			ErrManifestBehind, walEpoch, id, e.set.Authority().Name, prev.Epoch)
+	}
+	// The WAL's pages are the previous owner's (ours) if we took the previous
+	// epoch: the WAL carries it, or the one after it from a takeover of ours that a
+	// crash (or a lost reply) kept from being seen.
+	ours := prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
+	epoch := c.Epoch()
+	if ours {
+		if err := e.log.SetEpoch(id, epoch); err != nil {
+			return nil, err
+		}
+		// Drop what the manifest says is sealed (a seal that committed and did not
+		// truncate); keep the rest as the backlog.
+		if _, err := e.log.Adopt(id, epoch, prev.Sealed, true); err != nil {
+			return nil, err
+		}
+	} else {
+		recs, fenced, err := e.readTail(ctx, prev)
+		if err != nil {
+			return nil, err
+		}
+		if fenced {
+			// The fence stops the previous owner's acknowledgements; what it
+			// committed before is in the manifest now, and its tail is read to
+			// the fence again from there.
+			again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, lease)
+			if err != nil {
+				return nil, err
+			}
+			if again.Prev.Seq != prev.Seq {
+				return nil, fmt.Errorf("%w: the manifest moved while the tail was fenced", manifest.ErrMoved)
+			}
+		}
+		if err := e.supersede(id, walEpoch, prev, recs); err != nil {
+			return nil, err
+		}
+		if err := e.log.SetEpoch(id, epoch); err != nil {
+			return nil, err
+		}
+		if err := e.log.Import(id, epoch, prev.Sealed, prev.Sealed, recs); err != nil {
+			return nil, err
+		}
+	}
+	ptr := e.tailPointer()
+	if err := e.shipBacklog(ctx, id, epoch, prev.Sealed); err != nil {
+		return nil, err
+	}
+	return manifest.Take(ctx, e.store, c, e.opts.Instance, lease, ptr)
+}
+
+// supersede drops the shard's pages that this WAL holds of an ownership another
+// instance has superseded, durably, before a takeover can be published, so that a
+// later attempt finds nothing left to drop. Of those records, the ones at or past
+// the sealed watermark that the history does not hold (tailed: the previous
+// owner's records from there) are counted stranded: acknowledged here, in no one's
+// history. Those below the watermark count as carried: the offsets were sealed by
+// a later owner, which in Remote mode adopted every record this engine
+// acknowledged (in Local mode, a record never shipped may have been replaced, and
+// goes uncounted; the unshipped-window gauges are that loss's measure).
+func (e *Engine) supersede(id string, walEpoch uint64, prev manifest.Manifest, tailed [][]byte) error {
+	info := e.log.Info(id)
+	if info.Pages == 0 && info.Next == prev.Sealed {
+		return nil
+	}
+	var stranded uint64
+	for p, err := range e.log.Pages(id, max(prev.Sealed, info.Floor)) {
+		if err != nil {
+			return err
+		}
+		for i, r := range p.Records {
+			off := p.FirstOffset + uint64(i)
+			if off < prev.Sealed {
+				continue
+			}
+			if k := off - prev.Sealed; k >= uint64(len(tailed)) || !bytes.Equal(tailed[k], r) {
+				stranded++
+			}
+		}
+	}
+	if _, err := e.log.Adopt(id, walEpoch, prev.Sealed, false); err != nil {
+		return err
+	}
+	if stranded > 0 {
+		e.metrics.stranded.Add(float64(stranded))
+		e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
+			"shard", id, "records", stranded, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
+	}
+	return nil
+}
