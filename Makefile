@@ -38,4 +38,4 @@ bench-substrate:
 
 # The kill -9 campaign: hundreds of kill points instead of make test's 20.
 crash:
-	$(GO) test -count=1 -timeout 60m -run 'TestKilled' ./tests/ -args -kills 400
+	$(GO) test -count=1 -timeout 60m -run 'TestKilled|TestAKilled|TestLocalMode' ./tests/ -args -kills 400

@@ -28,6 +28,10 @@ var kills = flag.Int("kills", 20, "kill points of TestKilledAppenderLosesNoAckno
 
 const (
 	envCrashChild = "L0_CRASH_CHILD_DIR"
+	// The child's bucket directory, if not in its Dir; Local mode; a short lease.
+	envCrashBucket     = "L0_CRASH_BUCKET"
+	envCrashLocal      = "L0_CRASH_LOCAL"
+	envCrashShortLease = "L0_CRASH_SHORT_LEASE"
 	crashShards   = 4
 	crashWriters  = 3 // per shard
 )
@@ -51,10 +55,15 @@ func TestKilledAppenderLosesNoAcknowledgedRecord(t *testing.T) {
 	parts := 0
 	for kill := range *kills {
 		delay := time.Duration(rng.IntN(300)) * time.Millisecond
-		for _, b := range runAndKill(t, dir, kill, delay) {
+		for _, b := range runAndKill(t, "TestKilledAppenderLosesNoAcknowledgedRecord", dir, nil, kill, delay) {
 			acked[b.shard] = append(acked[b.shard], b)
 		}
-		verify(t, dir, acked, kill, &parts)
+		bucket, err := localBucket(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verify(t, engine.Options{Dir: dir, Bucket: bucket}, acked, kill, &parts, false)
+		bucket.Close()
 	}
 	if parts == 0 {
 		t.Fatal("no shard was ever sealed: the kill points did not reach a seal")
@@ -70,10 +79,13 @@ type batch struct {
 	crc   uint32 // over the batch's records, each length-prefixed
 }
 
-func runAndKill(t *testing.T, dir string, kill int, delay time.Duration) []batch {
+// runAndKill runs test's child on dir, with env added, and kills it with SIGKILL
+// delay after it is ready; it returns the batches the child acknowledged.
+func runAndKill(t *testing.T, test, dir string, env []string, kill int, delay time.Duration) []batch {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledAppenderLosesNoAcknowledgedRecord$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envCrashChild+"="+dir, fmt.Sprintf("L0_CRASH_GENERATION=%d", kill))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -129,26 +141,30 @@ func runAndKill(t *testing.T, dir string, kill int, delay time.Duration) []batch
 	return batches
 }
 
-// verify reopens dir and checks every acknowledged batch; it adds the shards' parts
-// to *parts.
-func verify(t *testing.T, dir string, acked map[string][]batch, kill int, parts *int) {
+// verify opens an engine with opts, takes every shard over (waiting for the
+// child's leases to run out), and checks every acknowledged batch; it adds the
+// shards' parts to *parts. With handBack, it closes each shard cooperatively, so
+// that the next child takes it back at once.
+func verify(t *testing.T, opts engine.Options, acked map[string][]batch, kill int, parts *int, handBack bool) {
 	t.Helper()
 	ctx := context.Background()
-	bucket, err := localBucket(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
-	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket})
+	e, err := engine.Open(ctx, opts)
 	if err != nil {
 		t.Fatalf("kill %d: reopen: %v", kill, err)
 	}
 	defer e.Close()
 	for s := range crashShards {
 		shard := fmt.Sprintf("shard-%d", s)
-		sh, err := e.OpenShard(ctx, shard)
+		sh, err := e.OpenShard(ctx, shard, engine.WaitForLease())
 		if err != nil {
 			t.Fatal(err)
+		}
+		if handBack {
+			defer func() {
+				if err := sh.Close(ctx); err != nil {
+					t.Errorf("kill %d: close %s: %v", kill, shard, err)
+				}
+			}()
 		}
 		var recs [][]byte
 		for rec, err := range sh.Read(ctx, 0) {
@@ -182,6 +198,9 @@ func verify(t *testing.T, dir string, acked map[string][]batch, kill int, parts 
 			seen[writer] = seq
 		}
 	}
+	if n := e.Metrics().StrandedRecords; n != 0 {
+		t.Fatalf("kill %d: %d records counted stranded", kill, n)
+	}
 }
 
 func batchCRC(recs [][]byte) uint32 {
@@ -208,15 +227,31 @@ func parseRecord(t *testing.T, r []byte) (string, uint64) {
 // each writer's sequence restarts at 0 in every generation.
 func crashChild(dir string) {
 	ctx := context.Background()
-	bucket, err := localBucket(dir)
+	bucketDir := filepath.Join(dir, "bucket")
+	if d := os.Getenv(envCrashBucket); d != "" {
+		bucketDir = d
+	}
+	d, err := local.New(bucketDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: bucket:", err)
+		os.Exit(2)
+	}
+	bucket, err := substrate.New(d, substrate.Options{Name: "local"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: bucket:", err)
 		os.Exit(2)
 	}
 	// Small seal triggers, so that kill points land in every step of a seal.
-	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket, Seal: seal.Options{
+	opts := engine.Options{Dir: dir, Bucket: bucket, Seal: seal.Options{
 		SizeBytes: 128 << 10, Budget: 256 << 10, Interval: 20 * time.Millisecond,
-	}})
+	}}
+	if os.Getenv(envCrashLocal) != "" {
+		opts.Durability = engine.Local
+	}
+	if os.Getenv(envCrashShortLease) != "" {
+		opts.Lease, opts.RenewEvery = shortLease, shortRenew
+	}
+	e, err := engine.Open(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open:", err)
 		os.Exit(2)

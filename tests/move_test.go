@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
@@ -184,4 +187,53 @@ func TestALagMoveToAnotherMachineKeepsEveryAcknowledgedRecord(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The lease of the children that another machine takes over from: short, so that
+// each kill point waits about a second for it.
+var (
+	shortLease = manifest.LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
+	shortRenew = 200 * time.Millisecond
+)
+
+// TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine: a child process
+// on Dir A appends to several shards in Remote mode and is killed with SIGKILL at
+// a random moment; machine B, on Dir B with its own client of the bucket, takes
+// every shard over once A's lease has run out, and finds every record A
+// acknowledged, byte for byte, exactly once, at its offset. B then hands the
+// shards back (a cooperative close), so that each child takes over from B: the
+// shards go back and forth across the kill points.
+func TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine(t *testing.T) {
+	if dir := os.Getenv(envCrashChild); dir != "" {
+		crashChild(dir)
+		return
+	}
+	killAndMove(t, "TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine", nil)
+}
+
+// killAndMove runs the kill points of a child on Dir A whose shards machine B
+// takes over, with env added to the child's.
+func killAndMove(t *testing.T, test string, env []string) {
+	dirA, dirB, bucketDir := t.TempDir(), t.TempDir(), t.TempDir()
+	env = append(env, envCrashBucket+"="+bucketDir, envCrashShortLease+"=1")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	acked := map[string][]batch{}
+	parts := 0
+	for kill := range *kills {
+		delay := time.Duration(rng.IntN(300)) * time.Millisecond
+		for _, b := range runAndKill(t, test, dirA, env, kill, delay) {
+			acked[b.shard] = append(acked[b.shard], b)
+		}
+		d, err := local.New(bucketDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := substrate.New(d, substrate.Options{Name: "local"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		verify(t, engine.Options{Dir: dirB, Bucket: b, Lease: shortLease, RenewEvery: shortRenew}, acked, kill, &parts, true)
+		b.Close()
+	}
+	t.Logf("%d kill points; the shards held %d parts at the takeovers", *kills, parts)
 }
