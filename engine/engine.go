@@ -88,9 +88,11 @@ type Engine struct {
 
 	// tail ships every page the WAL takes (see openTail).
 	tail struct {
-		flusher     *tail.Flusher
-		replica     string // the replica it goes to
-		incarnation uint64 // of this engine's stream
+		replica string // the replica it goes to
+		cur     atomic.Pointer[tailStream]
+		done    chan struct{} // closed when watchTail returns
+		mu      sync.Mutex
+		retired tail.FlushStats // the counters of the streams fenced before cur
 	}
 }
 
@@ -172,14 +174,16 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.uploader = replica.NewUploader(set, upOpts, e.recordReplica)
 	if err := e.metrics.register(opts.Registerer); err != nil {
-		e.tail.flusher.Close(context.Background())
+		e.tail.cur.Load().flusher.Close(context.Background())
 		e.uploader.Close()
 		sealer.Close()
 		encoder.Close()
 		log.Close()
 		return nil, err
 	}
+	e.tail.done = make(chan struct{})
 	go e.renewLeases()
+	go e.watchTail()
 	return e, nil
 }
 
@@ -264,7 +268,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		if err := releaseOwner(ctx, owner, e.log.Info(id).Pages > 0, e.tail.flusher.Next()); err != nil {
+		if err := releaseOwner(ctx, owner, e.log.Info(id).Pages > 0, e.tail.cur.Load().flusher.Next()); err != nil {
 			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
 		}
 		return nil, ErrClosed
@@ -276,7 +280,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		UploadWait:  e.opts.Lease.Duration,
 		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Observer: e.metrics, Now: e.opts.Now, Tail: e.tail.flusher,
+		Observer: e.metrics, Now: e.opts.Now,
 		OnClose: func(inDoubt []manifest.Part) {
 			e.forget(id)
 			for _, p := range inDoubt {
@@ -435,7 +439,8 @@ func (e *Engine) Close() error {
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all
 	// that can be left, and its caller was told its outcome is unknown.
-	if err := e.tail.flusher.Close(ctx); err != nil {
+	<-e.tail.done
+	if err := e.tail.cur.Load().flusher.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine: close: the tail: %w", err))
 	}
 	// The releases' copies go out before the engine stops copying (within the same

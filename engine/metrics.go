@@ -176,7 +176,7 @@ func newMetrics(e *Engine) *metrics {
 	})
 	flush := func(name, help string, f func(tail.FlushStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return f(e.tail.flusher.Stats()) })
+			func() float64 { return f(e.tailStats()) })
 	}
 	m.tail = []prometheus.Collector{
 		flush("l0_tail_puts_total", "Tail objects shipped.", func(s tail.FlushStats) float64 { return float64(s.Puts) }),
@@ -184,11 +184,11 @@ func newMetrics(e *Engine) *metrics {
 		flush("l0_tail_put_failures_total", "Tail puts that failed (each is retried).", func(s tail.FlushStats) float64 { return float64(s.Failures) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses.",
-		}, func() float64 { return float64(e.tail.flusher.Stats().Pending) }),
+		}, func() float64 { return float64(e.tailStats().Pending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "l0_tail_unshipped_age_seconds", Help: "Age of the oldest page not yet shipped to the tail; 0 without any.",
 		}, func() float64 {
-			if o := e.tail.flusher.Stats().Oldest; !o.IsZero() {
+			if o := e.tailStats().Oldest; !o.IsZero() {
 				return max(0, time.Since(o).Seconds())
 			}
 			return 0
@@ -304,7 +304,7 @@ func (e *Engine) Metrics() Metrics {
 	us := e.uploader.Stats()
 	out.Uploads, out.UploadBytes, out.UploadLagMicrosTotal, out.DurableParts = us.Uploads, us.UploadBytes, us.UploadLagMicrosTotal, us.DurableParts
 	out.BackfillUploads, out.BackfillUploadBytes, out.UploadFailures = us.BackfillUploads, us.BackfillUploadBytes, us.UploadFailures
-	ts := e.tail.flusher.Stats()
+	ts := e.tailStats()
 	out.TailPuts, out.TailBytes, out.TailPutFailures, out.TailUnshippedBytes = ts.Puts, ts.Bytes, ts.Failures, uint64(ts.Pending)
 	out.FencesWritten, out.FencesMet = counterValue(m.fences), counterValue(m.fencesMet)
 	out.Config, out.Data = e.set.Config(), e.durability()

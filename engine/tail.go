@@ -23,28 +23,128 @@ import (
 // owner may have acknowledged.
 var ErrTailMissing = errors.New("engine: tail records missing")
 
+// tailStream is one incarnation of the engine's tail stream and its flusher.
+type tailStream struct {
+	flusher     *tail.Flusher
+	incarnation uint64
+}
+
 // openTail starts the engine's tail: a new incarnation of its stream on the tail
-// replica, and the flusher that ships every page the WAL takes to it.
+// replica, and the flusher that ships every page the WAL takes to it. A fence met
+// later starts another (see reincarnate).
 func (e *Engine) openTail() error {
-	name := e.opts.Tail.Replica
-	if name == "" {
-		name = e.set.Authority().Name
+	e.tail.replica = e.opts.Tail.Replica
+	if e.tail.replica == "" {
+		e.tail.replica = e.set.Authority().Name
 	}
-	spec, _ := e.set.Get(name)
-	inc, err := nextIncarnation(e.opts.Dir)
+	s, err := e.newTailStream()
 	if err != nil {
 		return err
 	}
-	var w [8]byte
-	rand.Read(w[:])
-	e.tail.replica, e.tail.incarnation = name, inc
-	stream := tail.NewStream(spec.Bucket, e.opts.Instance, inc, 0, hex.EncodeToString(w[:]))
-	e.tail.flusher = tail.NewFlusher(stream, tail.FlushOptions{Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes})
-	e.log.ShipTo(e.tail.flusher, wal.ShipOptions{
+	e.tail.cur.Store(s)
+	e.log.ShipTo(s.flusher, wal.ShipOptions{
 		Remote:   e.opts.Durability == Remote,
 		MaxBytes: e.opts.Tail.MaxUnshippedBytes, MaxAge: e.opts.Tail.MaxUnshippedAge,
 	})
 	return nil
+}
+
+// newTailStream starts the stream of the engine's next incarnation.
+func (e *Engine) newTailStream() (*tailStream, error) {
+	spec, _ := e.set.Get(e.tail.replica)
+	inc, err := nextIncarnation(e.opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var w [8]byte
+	rand.Read(w[:])
+	stream := tail.NewStream(spec.Bucket, e.opts.Instance, inc, 0, hex.EncodeToString(w[:]))
+	return &tailStream{
+		flusher:     tail.NewFlusher(stream, tail.FlushOptions{Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes}),
+		incarnation: inc,
+	}, nil
+}
+
+// watchTail replaces the tail stream each time a takeover fences it, until the
+// engine closes.
+func (e *Engine) watchTail() {
+	defer close(e.tail.done)
+	for {
+		s := e.tail.cur.Load()
+		select {
+		case <-e.stop:
+			return
+		case <-s.flusher.Done():
+		}
+		if !errors.Is(s.flusher.Err(), tail.ErrFenced) {
+			return
+		}
+		if err := e.reincarnate(s); err != nil {
+			e.opts.Logger.Error("engine: the tail was fenced and no new incarnation could start: appends fail", "err", err)
+			return
+		}
+	}
+}
+
+// reincarnate carries on after a takeover fenced the tail stream old: nothing more
+// is acknowledged from it. It starts the next incarnation's stream, and for each
+// shard whose lease still holds, ships its records past the sealed watermark to the
+// new stream and points the shard's manifest there; the shard's appends meanwhile
+// wait, since until the manifest points at the new stream, its next owner would not
+// find them. A shard whose manifest cannot be pointed there fails its appends (its
+// acknowledged records are all in the old stream, before the fence), until it is
+// closed and opened again.
+func (e *Engine) reincarnate(old *tailStream) error {
+	s, err := e.newTailStream()
+	if err != nil {
+		return err
+	}
+	e.tail.mu.Lock()
+	e.tail.retired = addStats(e.tail.retired, old.flusher.Stats())
+	e.tail.cur.Store(s)
+	e.tail.mu.Unlock()
+	e.log.ShipTo(s.flusher, wal.ShipOptions{})
+	e.opts.Logger.Warn("engine: the tail was fenced by a takeover; carrying on in a new incarnation",
+		"old", old.incarnation, "new", s.incarnation)
+	owners, _ := e.owners()
+	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
+	defer cancel()
+	for id, o := range owners {
+		if o.Valid() != nil {
+			continue // the shard is gone from this engine: its appends fail
+		}
+		ptr := manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: s.incarnation, From: s.flusher.Next()}
+		last, err := e.log.Reship(id, o.Epoch(), o.Sealed(), s.flusher, true)
+		if err == nil && last != nil {
+			err = last.Wait(ctx)
+		}
+		if err == nil {
+			err = o.PointTail(ctx, ptr)
+		}
+		if err != nil {
+			err = fmt.Errorf("engine: shard %q: move to tail incarnation %d: %w", id, s.incarnation, err)
+			e.opts.Logger.Error("engine: a shard could not move to the new tail incarnation: its appends fail", "shard", id, "err", err)
+		}
+		e.log.Resume(id, err)
+	}
+	return nil
+}
+
+// tailStats are the counters of every stream this engine shipped.
+func (e *Engine) tailStats() tail.FlushStats {
+	e.tail.mu.Lock()
+	defer e.tail.mu.Unlock()
+	cur := e.tail.cur.Load().flusher.Stats()
+	sum := addStats(e.tail.retired, cur)
+	sum.Pending, sum.Oldest = cur.Pending, cur.Oldest
+	return sum
+}
+
+func addStats(a, b tail.FlushStats) tail.FlushStats {
+	a.Puts += b.Puts
+	a.Bytes += b.Bytes
+	a.Failures += b.Failures
+	return a
 }
 
 // nextIncarnation returns the incarnation after the one kept in dir/incarnation,
@@ -72,8 +172,8 @@ func nextIncarnation(dir string) (uint64, error) {
 
 // tailPointer is the tail pointer of a shard whose pages this engine ships from
 // now on: its stream, from the next object on.
-func (e *Engine) tailPointer() *manifest.Tail {
-	return &manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: e.tail.incarnation, From: e.tail.flusher.Next()}
+func (e *Engine) tailPointer(s *tailStream) *manifest.Tail {
+	return &manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: s.incarnation, From: s.flusher.Next()}
 }
 
 // readTail reads the records past the sealed watermark that the previous owner of
@@ -118,16 +218,13 @@ func (e *Engine) readTail(ctx context.Context, prev manifest.Manifest) (recs [][
 	return recs, fenced, nil
 }
 
-// shipBacklog gives the tail the shard's pages from sealed on, under the owner
-// epoch about to be taken, and waits until they are shipped: the stream the
+// shipBacklog gives the tail stream s the shard's pages from sealed on, under the
+// owner epoch about to be taken, and waits until they are shipped: the stream the
 // takeover points the manifest at must hold everything past the sealed watermark.
-func (e *Engine) shipBacklog(ctx context.Context, id string, epoch, sealed uint64) error {
-	var last *tail.Ticket
-	for p, err := range e.log.Pages(id, sealed) {
-		if err != nil {
-			return err
-		}
-		last = e.tail.flusher.Add(id, epoch, p.FirstOffset, p.Records)
+func (e *Engine) shipBacklog(ctx context.Context, s *tailStream, id string, epoch, sealed uint64) error {
+	last, err := e.log.Reship(id, epoch, sealed, s.flusher, false)
+	if err != nil {
+		return err
 	}
 	if last == nil {
 		return nil

@@ -103,8 +103,9 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, lease manifest.Lea
 			return nil, err
 		}
 	}
-	ptr := e.tailPointer()
-	if err := e.shipBacklog(ctx, id, epoch, prev.Sealed); err != nil {
+	stream := e.tail.cur.Load()
+	ptr := e.tailPointer(stream)
+	if err := e.shipBacklog(ctx, stream, id, epoch, prev.Sealed); err != nil {
 		return nil, err
 	}
 	return manifest.Take(ctx, e.store, c, e.opts.Instance, lease, ptr)

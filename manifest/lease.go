@@ -324,6 +324,15 @@ type replicaAdd struct {
 // our own can cause a conflict without fencing us, so more than a few is a bug.
 const maxConflicts = 8
 
+// PointTail points the manifest at the tail stream that holds the owner's records
+// past the sealed watermark from now on, and renews the lease.
+func (o *Owner) PointTail(ctx context.Context, t Tail) error {
+	return o.update(ctx, func(m *Manifest) error {
+		m.Tail = &t
+		return nil
+	})
+}
+
 // Release gives the lease up, so the next Acquire takes over at once. Every later
 // call fails with ErrReleased.
 func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false, 0) }

@@ -24,7 +24,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -92,9 +91,6 @@ type Config struct {
 	// commit had an unknown outcome that it could not settle: each may be in the
 	// manifest without its copies (a backfill repairs that).
 	OnClose func(inDoubt []manifest.Part)
-	// Tail, if set, is the engine's tail flusher, which the WAL gives the shard's
-	// pages to: Retire waits for them to be shipped and records where they end.
-	Tail *tail.Flusher
 }
 
 // Shard is one open shard. It is safe for concurrent use.
@@ -252,12 +248,9 @@ func (s *Shard) Retire(ctx context.Context) error {
 	}
 	release := s.cfg.Owner.Release
 	if s.cfg.Log.Info(s.id).Pages > 0 {
-		var until uint64
-		if s.cfg.Tail != nil {
-			if err := s.cfg.Log.WaitShipped(ctx, s.id); err != nil {
-				return fmt.Errorf("shard %q: retire: the tail was not shipped, so the lease is kept: %w", s.id, err)
-			}
-			until = s.cfg.Tail.Next()
+		until, err := s.cfg.Log.WaitShipped(ctx, s.id)
+		if err != nil {
+			return fmt.Errorf("shard %q: retire: the tail was not shipped, so the lease is kept: %w", s.id, err)
 		}
 		// The next owner must know there is a backlog, and where its tail ends.
 		release = func(ctx context.Context) error { return s.cfg.Owner.ReleaseWithBacklog(ctx, until) }

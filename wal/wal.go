@@ -98,8 +98,9 @@ type Log struct {
 	// failed is set when a commit was applied but its sync failed: from then on the
 	// in-memory offsets may be ahead of the disk, so the Log refuses everything.
 	failed atomic.Pointer[error]
-	// tail ships every page (see ShipTo).
-	tail *tail.Flusher
+	// tail is the flusher new shards ship their pages to (see ShipTo), and ship
+	// how appends wait for it.
+	tail atomic.Pointer[tail.Flusher]
 	ship ShipOptions
 }
 
@@ -115,8 +116,14 @@ type shardState struct {
 		payload uint64    // record bytes in the shard's pages
 		oldest  time.Time // appended-at of the first page; zero without pages
 		epoch   uint64    // the owner epoch appends and truncations must carry
-		// shipping is the ticket of the shard's last page given to the tail.
+		// tail is the flusher the shard's pages go to, shipping the ticket of the
+		// last page given to it. While gate is set, pages given to tail are not
+		// acknowledged until it opens (see Reship). shipErr, once set, refuses
+		// every append: the shard's pages can no longer be shipped.
+		tail     *tail.Flusher
 		shipping *tail.Ticket
+		gate     *gate
+		shipErr  error
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
 	// their sync. floorMark is mu.floor once that is durable, for the watermark
@@ -260,6 +267,7 @@ func (l *Log) stateLocked(shard string) *shardState {
 	st, ok := l.mu.shards[shard]
 	if !ok {
 		st = &shardState{}
+		st.mu.tail = l.tail.Load()
 		l.mu.shards[shard] = st
 	}
 	return st
@@ -312,12 +320,10 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		return 0, err
 	}
 	defer l.exit()
-	if l.tail != nil && !l.ship.Remote {
-		if err := l.tail.WaitRoom(ctx, l.ship.MaxBytes, l.ship.MaxAge); err != nil {
-			return 0, fmt.Errorf("wal: waiting for the tail: %w", err)
-		}
-	}
 	st := l.state(shard)
+	if err := l.waitRoom(ctx, st); err != nil {
+		return 0, err
+	}
 	key := pageKey(shard, 0)
 	vlen := pageLen(recs)
 	// The page is encoded straight into the batch: no copy of the records but the
@@ -336,6 +342,10 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	if epoch != st.mu.epoch {
 		st.mu.Unlock()
 		return 0, fmt.Errorf("wal: shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	}
+	if err := st.mu.shipErr; err != nil {
+		st.mu.Unlock()
+		return 0, fmt.Errorf("wal: shard %q: %w", shard, err)
 	}
 	first := st.mu.next
 	now := l.opts.Now()
@@ -357,11 +367,14 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		l.failed.CompareAndSwap(nil, &err)
 		return 0, err
 	}
-	var ship *tail.Ticket
-	if l.tail != nil {
+	var (
+		ship *tail.Ticket
+		g    *gate
+	)
+	if f := st.mu.tail; f != nil {
 		// Given under the lock, so that the tail gets the shard's pages in offset
 		// order; shipped while the fsync runs.
-		ship = l.tail.Add(shard, epoch, first, recs)
+		ship, g = f.Add(shard, epoch, first, recs), st.mu.gate
 		st.mu.shipping = ship
 	}
 	if st.mu.pages == 0 {
@@ -379,11 +392,15 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		l.failed.CompareAndSwap(nil, &err)
 		return 0, err
 	}
-	if l.ship.Remote {
-		// The page is durable here, and must be on the object store too before it
-		// is acknowledged or read. A page that fails to ship stays in the log,
-		// unacknowledged, like one whose reply a crash lost.
+	if l.ship.Remote && ship != nil {
+		// The page is durable here, and must be on the object store too, where
+		// the shard's next owner looks, before it is acknowledged or read. A page
+		// that fails to ship stays in the log, unacknowledged, like one whose
+		// reply a crash lost.
 		if err := ship.Wait(ctx); err != nil {
+			return 0, fmt.Errorf("wal: ship: %w: %w", ErrUnknownOutcome, err)
+		}
+		if err := g.wait(ctx); err != nil {
 			return 0, fmt.Errorf("wal: ship: %w: %w", ErrUnknownOutcome, err)
 		}
 	}
@@ -396,37 +413,6 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	}
 	l.changes.Add(1)
 	return first, nil
-}
-
-// ShipOptions say how appends wait for the tail.
-type ShipOptions struct {
-	// Remote makes Append return only once its page is shipped as well as synced;
-	// reads see a page only then.
-	Remote bool
-	// MaxBytes and MaxAge bound, without Remote, what the tail has been given and
-	// not shipped: an append waits, before it enters the log, while the pending
-	// pages hold MaxBytes or the oldest is MaxAge old. Zero is no bound.
-	MaxBytes int
-	MaxAge   time.Duration
-}
-
-// ShipTo makes the log give every page appended from now on to f, which ships it to
-// the object store. Call it once, before the first append.
-func (l *Log) ShipTo(f *tail.Flusher, opts ShipOptions) {
-	l.tail, l.ship = f, opts
-}
-
-// WaitShipped waits until every page of the shard given to the tail is shipped, and
-// returns the error of the last one if it failed.
-func (l *Log) WaitShipped(ctx context.Context, shard string) error {
-	st := l.state(shard)
-	st.mu.Lock()
-	t := st.mu.shipping
-	st.mu.Unlock()
-	if t == nil {
-		return nil
-	}
-	return t.Wait(ctx)
 }
 
 // ShardInfo is what the Log knows of a shard's unsealed pages.

@@ -175,6 +175,16 @@ func (f *Flusher) next() *batch {
 	return b
 }
 
+// Done is closed once the flusher stopped: closed, or fenced.
+func (f *Flusher) Done() <-chan struct{} { return f.done }
+
+// Err is why the flusher stopped, once Done is closed: ErrFenced or ErrClosed.
+func (f *Flusher) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.err
+}
+
 // Stats returns the flusher's counters.
 func (f *Flusher) Stats() FlushStats {
 	f.mu.Lock()

@@ -1,0 +1,157 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/l0store/l0/internal/tail"
+)
+
+// ShipOptions say how appends wait for the tail.
+type ShipOptions struct {
+	// Remote makes Append return only once its page is shipped as well as synced;
+	// reads see a page only then.
+	Remote bool
+	// MaxBytes and MaxAge bound, without Remote, what the tail has been given and
+	// not shipped: an append waits, before it enters the log, while the pending
+	// pages hold MaxBytes or the oldest is MaxAge old. Zero is no bound.
+	MaxBytes int
+	MaxAge   time.Duration
+}
+
+// ShipTo makes the log give every page appended from now on, of shards it has not
+// seen yet, to f, which ships it to the object store (Reship moves a shard it has
+// seen to another flusher). The first call must come before the first append; the
+// options stay those of the first call.
+func (l *Log) ShipTo(f *tail.Flusher, opts ShipOptions) {
+	if l.tail.Swap(f) == nil {
+		l.ship = opts
+	}
+}
+
+// waitRoom holds an append back, in Local mode, while the shard's tail holds as
+// much unshipped as the options allow.
+func (l *Log) waitRoom(ctx context.Context, st *shardState) error {
+	if l.ship.Remote {
+		return nil
+	}
+	st.mu.Lock()
+	f := st.mu.tail
+	st.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	if err := f.WaitRoom(ctx, l.ship.MaxBytes, l.ship.MaxAge); err != nil {
+		return fmt.Errorf("wal: waiting for the tail: %w", err)
+	}
+	return nil
+}
+
+// WaitShipped waits until every page of the shard given to the tail is shipped,
+// and returns where the shard's pages end in its tail stream: a sequence past every
+// object that holds one. It returns the error of the last page if that failed.
+func (l *Log) WaitShipped(ctx context.Context, shard string) (until uint64, err error) {
+	st := l.state(shard)
+	st.mu.Lock()
+	t, f := st.mu.shipping, st.mu.tail
+	st.mu.Unlock()
+	if t != nil {
+		if err := t.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if f == nil {
+		return 0, nil
+	}
+	return f.Next(), nil
+}
+
+// Reship gives f every page of the shard from offset from on, under epoch, and
+// makes f the shard's tail from then on, in one step under the shard's lock: no
+// page can reach f out of order, or be missed. It returns the ticket of the last
+// page (nil without pages). With hold, the pages appended from now on are not
+// acknowledged until Resume opens the shard again: its owner must first point
+// the shard's manifest at f's stream.
+func (l *Log) Reship(shard string, epoch, from uint64, f *tail.Flusher, hold bool) (*tail.Ticket, error) {
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	defer l.exit()
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var last *tail.Ticket
+	if st.mu.pages > 0 && from < st.mu.next {
+		// Every page applied so far, synced or not, under the lock that appends
+		// take to apply theirs.
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: pageKey(shard, 0), UpperBound: pageKey(shard, st.mu.next)})
+		if err != nil {
+			return nil, fmt.Errorf("wal: reship shard %q: %w", shard, err)
+		}
+		defer it.Close()
+		for valid := it.First(); valid; valid = it.Next() {
+			_, first, ok := parsePageKey(it.Key())
+			if !ok {
+				return nil, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt)
+			}
+			p, err := decodePage(shard, first, it.Value())
+			if err != nil {
+				return nil, err
+			}
+			if p.NextOffset() <= from {
+				continue
+			}
+			// The tail copies the records: the iterator's bytes may go.
+			last = f.Add(shard, epoch, p.FirstOffset, p.Records)
+		}
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("wal: reship shard %q: %w", shard, err)
+		}
+	}
+	st.mu.tail, st.mu.shipErr = f, nil
+	if last != nil {
+		st.mu.shipping = last
+	}
+	if hold {
+		st.mu.gate = &gate{open: make(chan struct{})}
+	}
+	return last, nil
+}
+
+// Resume opens a shard that Reship held: with a nil err its held pages are
+// acknowledged; otherwise they fail with err, and so does every later append.
+func (l *Log) Resume(shard string, err error) {
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if g := st.mu.gate; g != nil {
+		g.err = err
+		close(g.open)
+		st.mu.gate = nil
+	}
+	if err != nil {
+		st.mu.shipErr = err
+	}
+}
+
+// gate holds acknowledgements back until it opens.
+type gate struct {
+	open chan struct{}
+	err  error // set before open closes
+}
+
+// wait waits for g to open; a nil gate is open.
+func (g *gate) wait(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.open:
+		return g.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
