@@ -32,8 +32,8 @@ const (
 	envCrashBucket     = "L0_CRASH_BUCKET"
 	envCrashLocal      = "L0_CRASH_LOCAL"
 	envCrashShortLease = "L0_CRASH_SHORT_LEASE"
-	crashShards   = 4
-	crashWriters  = 3 // per shard
+	crashShards        = 4
+	crashWriters       = 3 // per shard
 )
 
 // TestKilledAppenderLosesNoAcknowledgedRecord runs a child process that appends from
