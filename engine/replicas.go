@@ -134,10 +134,13 @@ func (e *Engine) source(p manifest.Part) (replica.UploadSource, bool) {
 	return replica.UploadSource{}, false
 }
 
-// FlushAndWaitUploads waits until no copy of a part is queued or running, and then
-// until every replica holds the manifests as last published (or a copy's attempt
-// failed: its error).
+// FlushAndWaitUploads waits until every page given to the tail is shipped, and no
+// copy of a part is queued or running, and then until every replica holds the
+// manifests as last published (or a copy's attempt failed: its error).
 func (e *Engine) FlushAndWaitUploads(ctx context.Context) error {
+	if err := e.tail.cur.Load().flusher.WaitRoom(ctx, 1, 0); err != nil {
+		return fmt.Errorf("engine: flush the tail: %w", err)
+	}
 	if err := e.uploader.Flush(ctx); err != nil {
 		return err
 	}
