@@ -268,7 +268,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		if err := releaseOwner(ctx, owner, e.log.Info(id).Pages > 0, e.tail.cur.Load().flusher.Next()); err != nil {
+		if err := e.releaseOwner(ctx, id, owner); err != nil {
 			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
 		}
 		return nil, ErrClosed
@@ -307,13 +307,18 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	return sh, nil
 }
 
-// releaseOwner gives a lease back, saying whether records past the sealed
-// watermark stay in this WAL.
-func releaseOwner(ctx context.Context, o *manifest.Owner, backlog bool, until uint64) error {
-	if backlog {
-		return o.ReleaseWithBacklog(ctx, until)
+// releaseOwner gives back the lease of shard id that a takeover just took, saying
+// whether records past the sealed watermark stay in this WAL and where they end in
+// the tail.
+func (e *Engine) releaseOwner(ctx context.Context, id string, o *manifest.Owner) error {
+	if e.log.Info(id).Pages == 0 {
+		return o.Release(ctx)
 	}
-	return o.Release(ctx)
+	inc, until, err := e.log.WaitShipped(ctx, id)
+	if err != nil {
+		return err // the lease runs out: the next owner fences the tail
+	}
+	return o.ReleaseWithBacklog(ctx, inc, until)
 }
 
 // forget drops a closed shard, so it can be opened again.

@@ -335,25 +335,27 @@ func (o *Owner) PointTail(ctx context.Context, t Tail) error {
 
 // Release gives the lease up, so the next Acquire takes over at once. Every later
 // call fails with ErrReleased.
-func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false, 0) }
+func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false, 0, 0) }
 
 // ReleaseWithBacklog is Release by an owner that leaves records past the sealed
-// watermark in its WAL, and shipped them in its tail stream, to the shard's
-// sections of the objects before sequence until; the manifest says so (Backlog,
-// Tail.Until), so that no copy takes the released history for one that lost
-// nothing, and the next owner reads the tail to its end without fencing it. With
-// no tail pointer, until is ignored.
-func (o *Owner) ReleaseWithBacklog(ctx context.Context, until uint64) error {
-	return o.release(ctx, true, until)
+// watermark in its WAL, and shipped them in its tail stream's incarnation, in the
+// objects before sequence until; the manifest says so (Backlog, Tail.Until), so that
+// no copy takes the released history for one that lost nothing, and the next owner
+// reads the tail to its end without fencing it. An until of another incarnation
+// than the manifest's pointer names (the pointer was not moved to the stream the
+// pages went to) is not recorded: the next owner fences the stream the pointer
+// names and reads it to the fence, which holds every acknowledged record.
+func (o *Owner) ReleaseWithBacklog(ctx context.Context, incarnation, until uint64) error {
+	return o.release(ctx, true, incarnation, until)
 }
 
-func (o *Owner) release(ctx context.Context, backlog bool, until uint64) error {
+func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until uint64) error {
 	err := o.update(ctx, func(m *Manifest) error {
 		m.Released, m.Backlog, m.LeaseExpiry = true, backlog, time.Time{}
 		switch {
 		case !backlog:
 			m.Tail = nil // everything is sealed: no tail to read
-		case m.Tail != nil:
+		case m.Tail != nil && m.Tail.Instance == o.instance && m.Tail.Incarnation == incarnation:
 			m.Tail.Until = until
 		}
 		return nil

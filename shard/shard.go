@@ -248,12 +248,12 @@ func (s *Shard) Retire(ctx context.Context) error {
 	}
 	release := s.cfg.Owner.Release
 	if s.cfg.Log.Info(s.id).Pages > 0 {
-		until, err := s.cfg.Log.WaitShipped(ctx, s.id)
+		inc, until, err := s.cfg.Log.WaitShipped(ctx, s.id)
 		if err != nil {
 			return fmt.Errorf("shard %q: retire: the tail was not shipped, so the lease is kept: %w", s.id, err)
 		}
 		// The next owner must know there is a backlog, and where its tail ends.
-		release = func(ctx context.Context) error { return s.cfg.Owner.ReleaseWithBacklog(ctx, until) }
+		release = func(ctx context.Context) error { return s.cfg.Owner.ReleaseWithBacklog(ctx, inc, until) }
 	}
 	if err := release(ctx); err != nil {
 		return fmt.Errorf("shard %q: retire: %w", s.id, err)

@@ -51,22 +51,23 @@ func (l *Log) waitRoom(ctx context.Context, st *shardState) error {
 }
 
 // WaitShipped waits until every page of the shard given to the tail is shipped,
-// and returns where the shard's pages end in its tail stream: a sequence past every
-// object that holds one. It returns the error of the last page if that failed.
-func (l *Log) WaitShipped(ctx context.Context, shard string) (until uint64, err error) {
+// and returns where the shard's pages end in its tail stream: the stream's
+// incarnation, and a sequence past every object that holds one. It returns the
+// error of the last page if that failed.
+func (l *Log) WaitShipped(ctx context.Context, shard string) (incarnation, until uint64, err error) {
 	st := l.state(shard)
 	st.mu.Lock()
 	t, f := st.mu.shipping, st.mu.tail
 	st.mu.Unlock()
 	if t != nil {
 		if err := t.Wait(ctx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if f == nil {
-		return 0, nil
+		return 0, 0, nil
 	}
-	return f.Next(), nil
+	return f.Incarnation(), f.Next(), nil
 }
 
 // Reship gives f every page of the shard from offset from on, under epoch, and

@@ -199,6 +199,9 @@ func (f *Flusher) Stats() FlushStats {
 	return st
 }
 
+// Incarnation is the incarnation of the flusher's stream.
+func (f *Flusher) Incarnation() uint64 { return f.stream.Incarnation() }
+
 // Next is a sequence at or below that of every object holding a page given from
 // now on: the sequence of the object in flight, or else of the next one.
 func (f *Flusher) Next() uint64 { return f.nextSeq.Load() }

@@ -36,6 +36,9 @@ func NewStream(b *substrate.Bucket, instance string, incarnation, next uint64, w
 	return &Stream{bucket: b, instance: instance, incarnation: incarnation, next: next, writer: writer}
 }
 
+// Incarnation is the incarnation whose stream this is.
+func (s *Stream) Incarnation() uint64 { return s.incarnation }
+
 // Next is the sequence the next Put writes.
 func (s *Stream) Next() uint64 { return s.next }
 
