@@ -94,6 +94,12 @@ type Engine struct {
 		mu      sync.Mutex
 		retired tail.FlushStats // the counters of the streams fenced before cur
 	}
+	// collector is the state of collectTail, which alone uses seen: when each tail
+	// object was first listed.
+	collector struct {
+		done chan struct{}
+		seen map[string]time.Time
+	}
 }
 
 // Open opens the engine in opts.Dir, creating the directory if needed, and recovers
@@ -182,8 +188,10 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.tail.done = make(chan struct{})
+	e.collector.done = make(chan struct{})
 	go e.renewLeases()
 	go e.watchTail()
+	go e.collectTail()
 	return e, nil
 }
 
@@ -445,6 +453,7 @@ func (e *Engine) Close() error {
 	// Every shard shipped its pages as it retired; an append that failed is all
 	// that can be left, and its caller was told its outcome is unknown.
 	<-e.tail.done
+	<-e.collector.done
 	if err := e.tail.cur.Load().flusher.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine: close: the tail: %w", err))
 	}

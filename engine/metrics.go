@@ -49,9 +49,9 @@ type Metrics struct {
 	// record bytes, and the puts that failed (each is retried); TailUnshippedBytes
 	// is what the WAL holds that is not shipped yet. FencesWritten and FencesMet
 	// count the takeovers that fenced a previous owner's tail, and those that found
-	// it fenced already.
+	// it fenced already; TailObjectsCollected the tail objects deleted.
 	TailPuts, TailBytes, TailPutFailures, TailUnshippedBytes uint64
-	FencesWritten, FencesMet                                 uint64
+	FencesWritten, FencesMet, TailObjectsCollected           uint64
 	// Config is what the declared replica set promises.
 	Config replica.Config
 	// Data is what the open shards' parts say: how many lack a copy, how many of
@@ -99,6 +99,7 @@ type metrics struct {
 	tail       []prometheus.Collector
 	fences     prometheus.Counter // fences this engine put on another's tail
 	fencesMet  prometheus.Counter // fences it found in place
+	collected  prometheus.Counter // tail objects deleted
 	unsealed   *prometheus.Desc
 	oldestAge  *prometheus.Desc
 	lastFsyncs atomic.Uint64 // the WAL's count, kept for Metrics after Close
@@ -174,6 +175,9 @@ func newMetrics(e *Engine) *metrics {
 	m.fencesMet = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "l0_tail_fences_met_total", Help: "Takeovers that found the previous owner's tail stream fenced already.",
 	})
+	m.collected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_tail_objects_collected_total", Help: "Tail objects deleted once no shard needed them (fences never are).",
+	})
 	flush := func(name, help string, f func(tail.FlushStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return f(e.tailStats()) })
@@ -193,7 +197,7 @@ func newMetrics(e *Engine) *metrics {
 			}
 			return 0
 		}),
-		m.fences, m.fencesMet,
+		m.fences, m.fencesMet, m.collected,
 	}
 	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
@@ -306,7 +310,7 @@ func (e *Engine) Metrics() Metrics {
 	out.BackfillUploads, out.BackfillUploadBytes, out.UploadFailures = us.BackfillUploads, us.BackfillUploadBytes, us.UploadFailures
 	ts := e.tailStats()
 	out.TailPuts, out.TailBytes, out.TailPutFailures, out.TailUnshippedBytes = ts.Puts, ts.Bytes, ts.Failures, uint64(ts.Pending)
-	out.FencesWritten, out.FencesMet = counterValue(m.fences), counterValue(m.fencesMet)
+	out.FencesWritten, out.FencesMet, out.TailObjectsCollected = counterValue(m.fences), counterValue(m.fencesMet), counterValue(m.collected)
 	out.Config, out.Data = e.set.Config(), e.durability()
 	for _, r := range reasons {
 		out.AppendErrors[r] = counterValue(m.errors.WithLabelValues(r))

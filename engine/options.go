@@ -135,6 +135,12 @@ type TailOptions struct {
 	// that many bytes, or its oldest page is that old. Defaults 64 MiB and 1 s.
 	MaxUnshippedBytes int
 	MaxUnshippedAge   time.Duration
+	// CollectEvery is how often the engine deletes its tail objects that no shard
+	// needs any more (every section sealed or superseded); CollectAfter is the
+	// least age of an object it deletes, seen from its first listing, so that a
+	// takeover reading the tail is not cut short. Defaults 1 min and 5 min.
+	CollectEvery time.Duration
+	CollectAfter time.Duration
 }
 
 func (o *TailOptions) ensureDefaults() {
@@ -149,6 +155,12 @@ func (o *TailOptions) ensureDefaults() {
 	}
 	if o.MaxUnshippedAge == 0 {
 		o.MaxUnshippedAge = time.Second
+	}
+	if o.CollectEvery == 0 {
+		o.CollectEvery = time.Minute
+	}
+	if o.CollectAfter == 0 {
+		o.CollectAfter = 5 * time.Minute
 	}
 }
 
@@ -204,7 +216,8 @@ func (o *Options) validate() (*replica.Set, error) {
 		return nil, fmt.Errorf("%w: RenewEvery %s with a lease of %s and a skew margin of %s", ErrInvalidOptions, o.RenewEvery, o.Lease.Duration, o.Lease.SkewMargin)
 	case o.Durability != Remote && o.Durability != Local:
 		return nil, fmt.Errorf("%w: Durability %d", ErrInvalidOptions, o.Durability)
-	case o.Tail.Interval < 0 || o.Tail.Bytes < 0 || o.Tail.MaxUnshippedBytes < 0 || o.Tail.MaxUnshippedAge < 0:
+	case o.Tail.Interval < 0 || o.Tail.Bytes < 0 || o.Tail.MaxUnshippedBytes < 0 || o.Tail.MaxUnshippedAge < 0 ||
+		o.Tail.CollectEvery < 0 || o.Tail.CollectAfter < 0:
 		return nil, fmt.Errorf("%w: Tail %+v", ErrInvalidOptions, o.Tail)
 	}
 	if err := o.Seal.Validate(); err != nil {

@@ -3,12 +3,17 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/mem"
+	"github.com/l0store/l0/substrate/substratetest"
 )
 
 // tailPuts counts the put-if-absent calls on tail objects over window while
@@ -80,5 +85,115 @@ func TestAnIdleEngineWritesNoTailObjects(t *testing.T) {
 	}
 	if n := e.Metrics().TailPuts - shipped; n != 0 {
 		t.Fatalf("an idle engine shipped %d tail objects in a second", n)
+	}
+}
+
+// tailObjects lists the data objects and the fences under tail/ on b.
+func tailObjects(t *testing.T, b *substrate.Bucket) (data, fences []string) {
+	t.Helper()
+	for e, err := range b.ListAll(context.Background(), "tail/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Size == 0 {
+			fences = append(fences, e.Key)
+		} else {
+			data = append(data, e.Key)
+		}
+	}
+	return data, fences
+}
+
+// collecting is options under which the tail is collected at once.
+func collecting(b *substrate.Bucket) Options {
+	return Options{Bucket: b, Seal: quietSealOptions(), Tail: TailOptions{CollectEvery: 20 * time.Millisecond, CollectAfter: 50 * time.Millisecond}}
+}
+
+// TestTailObjectsAreCollectedOnceSealed: machine A appends to shards a and b over
+// many flushes. Once a is sealed the objects holding only a's records could go, but
+// those holding b's unsealed records stay, and so does everything after them; b
+// still moves to machine B with every record. Once the move seals b too, A's stream
+// is collected down to its last object (a live stream keeps it).
+func TestTailObjectsAreCollectedOnceSealed(t *testing.T) {
+	ctx := context.Background()
+	drv := mem.New()
+	bucket := substratetest.NewBucket(t, "m", drv)
+	optsA := collecting(bucket)
+	optsA.Dir = t.TempDir()
+	eA := open(t, optsA)
+	a, b := openShard(t, eA, "a"), openShard(t, eA, "b")
+	wantB := appendBatches(t, b, 3)
+	appendBatches(t, a, 10)
+	if _, err := a.Seal(ctx, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // many collection passes
+	data, _ := tailObjects(t, bucket)
+	if len(data) < 10 {
+		t.Fatalf("%d tail objects left while b's first records are unsealed, want them all (13 flushes)", len(data))
+	}
+	if err := b.Retire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	optsB := collecting(substratetest.NewBucket(t, "m", drv))
+	optsB.Dir = t.TempDir()
+	eB := open(t, optsB)
+	bB := openShard(t, eB, "b")
+	if got := readAll(t, bB, 0); !equal(got, wantB) {
+		t.Fatalf("b read back %q on machine B after collection passes, want %q", got, wantB)
+	}
+	waitFor(t, 5*time.Second, "b's backlog sealed on B", func() bool { return bB.Info().Sealed == uint64(len(wantB)) })
+	waitFor(t, 5*time.Second, "A's stream collected to its last object", func() bool {
+		var left int
+		for e, err := range bucket.ListAll(ctx, "tail/"+eA.Instance()+"/") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Size > 0 {
+				left++
+			}
+		}
+		return left == 1
+	})
+	if n := eA.Metrics().TailObjectsCollected; n < 10 {
+		t.Fatalf("A counted %d objects collected", n)
+	}
+}
+
+// TestAFenceIsNeverCollected: B takes shard s over from A after A's lease ran out
+// (by B's clock), fencing A's stream, and seals everything; A's collection then
+// deletes the fenced stream's objects, all superseded, but never its fence.
+func TestAFenceIsNeverCollected(t *testing.T) {
+	ctx := context.Background()
+	drv := mem.New()
+	clkA, clkB := testclock.New(), testclock.New()
+	optsA := collecting(substratetest.NewBucket(t, "m", drv))
+	// A learns at its next renewal that it was fenced; until then its own view of
+	// the manifest keeps its objects.
+	optsA.Dir, optsA.Now, optsA.RenewEvery = t.TempDir(), clkA.Now, 100*time.Millisecond
+	optsB := collecting(substratetest.NewBucket(t, "m", drv))
+	optsB.Dir, optsB.Now = t.TempDir(), clkB.Now
+	eA, eB := open(t, optsA), open(t, optsB)
+	want := appendBatches(t, openShard(t, eA, "s"), 5)
+	clkB.Advance(eB.opts.Lease.Duration + eB.opts.Lease.SkewMargin + time.Second)
+	sB := openShard(t, eB, "s")
+	waitFor(t, 5*time.Second, "the backlog sealed on B", func() bool { return sB.Info().Sealed == uint64(len(want)) })
+	if err := sB.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fenced := fmt.Sprintf("tail/%s/%020d/", eA.Instance(), 1)
+	waitFor(t, 5*time.Second, "A's fenced stream collected", func() bool {
+		data, _ := tailObjects(t, eA.set.Authority().Bucket)
+		for _, k := range data {
+			if strings.HasPrefix(k, fenced) {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(200 * time.Millisecond) // more passes
+	_, fences := tailObjects(t, eA.set.Authority().Bucket)
+	if !slices.ContainsFunc(fences, func(k string) bool { return strings.HasPrefix(k, fenced) }) {
+		t.Fatalf("the fence on %s was collected: fences left %q", fenced, fences)
 	}
 }

@@ -180,13 +180,22 @@ type Shipped struct {
 }
 
 // ReadShard returns, in sequence order, the shard's sections in the objects of the
-// instance's stream incarnation from sequence from up to the fence at until: every
-// sequence in between must hold an object. With until = NoFence it reads up to the
-// first sequence that holds nothing, and stops at a fence. A reader of one shard
-// fetches each object's trailer and index and then its own section only.
+// instance's stream incarnation from sequence from up to the fence at until. The
+// read starts at the first object at or after from (Collect deletes a stream's
+// objects from its start), and from there every sequence up to until must hold an
+// object. With until = NoFence it reads up to the first sequence that holds
+// nothing, and stops at a fence. A reader of one shard fetches each object's
+// trailer and index and then its own section only.
 func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, error) {
+	start, ok, err := firstStored(ctx, b, instance, incarnation, from)
+	if err != nil {
+		return nil, fmt.Errorf("tail: read %s: %w", streamPrefix(instance, incarnation), err)
+	}
+	if !ok {
+		return nil, nil // collected, to the end
+	}
 	var out []Shipped
-	for seq := from; until == NoFence || seq < until; seq++ {
+	for seq := start; until == NoFence || seq < until; seq++ {
 		key := Key(instance, incarnation, seq)
 		a, err := b.Attributes(ctx, key)
 		if errors.Is(err, substrate.ErrNotFound) && until == NoFence {

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/l0store/l0/internal/tail"
+	"github.com/l0store/l0/manifest"
+)
+
+// collectTail deletes, every Tail.CollectEvery until the engine closes, the
+// objects of this instance's tail streams that no shard needs any more.
+func (e *Engine) collectTail() {
+	defer close(e.collector.done)
+	t := time.NewTicker(e.opts.Tail.CollectEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(e.closing, e.opts.Tail.CollectEvery)
+		if _, err := e.collectTailOnce(ctx); err != nil && ctx.Err() == nil {
+			e.opts.Logger.Warn("engine: tail collection", "err", err)
+		}
+		cancel()
+	}
+}
+
+// collectTailOnce is one pass of collection over every incarnation of this
+// instance's stream: each loses the objects at its start that hold no section a
+// shard needs (see tail.Collect). A section is needed while the shard's manifest
+// points at it — its stream, at or past the pointer, before the recorded end — and
+// it is of the manifest's epoch and not sealed; or while it is of a later epoch than
+// the manifest's (a takeover that shipped its backlog and has not published yet).
+// It returns how many objects it deleted.
+func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
+	spec, _ := e.set.Get(e.tail.replica)
+	b := spec.Bucket
+	incs, err := tail.Streams(ctx, b, e.opts.Instance)
+	if err != nil {
+		return 0, err
+	}
+	owners, _ := e.owners()
+	manifests := map[string]manifest.Manifest{}
+	manifestOf := func(shard string) (manifest.Manifest, error) {
+		if m, ok := manifests[shard]; ok {
+			return m, nil
+		}
+		var m manifest.Manifest
+		if o, ok := owners[shard]; ok && o.Valid() == nil {
+			m = o.Manifest() // its owner's view is the authority's while it holds the lease
+		} else if m, _, err = e.store.Load(ctx, shard); err != nil {
+			return manifest.Manifest{}, err
+		}
+		manifests[shard] = m
+		return m, nil
+	}
+	now := time.Now()
+	seen := map[string]time.Time{} // this pass's: the keys it looked at
+	old := func(key string) bool {
+		first, ok := e.collector.seen[key]
+		if !ok {
+			first = now
+		}
+		seen[key] = first
+		return now.Sub(first) >= e.opts.Tail.CollectAfter
+	}
+	live := e.tail.cur.Load().incarnation
+	total := 0
+	var errs []error
+	for _, inc := range incs {
+		needed := func(seq uint64, s tail.Entry) (bool, error) {
+			m, err := manifestOf(s.Shard)
+			if err != nil {
+				return true, err
+			}
+			if s.Epoch > m.Epoch {
+				return true, nil
+			}
+			t := m.Tail
+			if t == nil || t.Instance != e.opts.Instance || t.Incarnation != inc || seq < t.From || (t.Until != 0 && seq >= t.Until) {
+				return false, nil // superseded: no reader of the shard looks here
+			}
+			return s.Epoch == m.Epoch && s.Next > m.Sealed, nil
+		}
+		n, err := tail.Collect(ctx, b, e.opts.Instance, inc, inc == live, old, needed)
+		total += n
+		e.metrics.collected.Add(float64(n))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("engine: collect tail incarnation %d: %w", inc, err))
+		}
+	}
+	// The keys this pass did not look at were deleted, or lie past an object it
+	// kept; the latter are seen anew, later, which only delays them.
+	e.collector.seen = seen
+	return total, errors.Join(errs...)
+}

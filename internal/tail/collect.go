@@ -1,0 +1,141 @@
+package tail
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+
+	"github.com/l0store/l0/substrate"
+)
+
+// Stored is one object of a stream as a listing shows it.
+type Stored struct {
+	Sequence uint64
+	Key      string
+	Size     int64 // 0: a fence
+}
+
+// Streams lists the incarnations of instance's streams on b, in order.
+func Streams(ctx context.Context, b *substrate.Bucket, instance string) ([]uint64, error) {
+	prefix := "tail/" + instance + "/"
+	var out []uint64
+	for e, err := range b.ListAll(ctx, prefix) {
+		if err != nil {
+			return nil, err
+		}
+		inc, _, ok := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(inc, 10, 64)
+		if err != nil {
+			continue
+		}
+		if len(out) == 0 || out[len(out)-1] != n {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Objects lists the objects of instance's stream incarnation from sequence from on,
+// in sequence order.
+func Objects(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64) iter.Seq2[Stored, error] {
+	return func(yield func(Stored, error) bool) {
+		prefix := streamPrefix(instance, incarnation)
+		for e, err := range b.ListAll(ctx, prefix) {
+			if err != nil {
+				yield(Stored{}, err)
+				return
+			}
+			n, err := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
+			if err != nil || n < from {
+				continue
+			}
+			if !yield(Stored{Sequence: n, Key: e.Key, Size: e.Size}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Collect deletes the objects at the start of instance's stream incarnation that
+// no reader needs, in sequence order, and stops at the first it must keep: one
+// that needed says a shard still needs (a section not sealed, or not superseded),
+// one that old says is too young, a fence (never collected), or, while the stream
+// is live (its writer may still put), its last object. It returns how many
+// objects it deleted.
+//
+// Only a prefix goes, so that a reader of the stream (ReadShard) knows a missing
+// sequence below the first object there is one collection took, and one above it a
+// loss. Keeping a live stream's last object keeps Fence correct: a fencer that
+// finds the stream ends there fences after it, where the writer goes next.
+func Collect(ctx context.Context, b *substrate.Bucket, instance string, incarnation uint64, live bool,
+	old func(key string) bool, needed func(seq uint64, e Entry) (bool, error)) (deleted int, err error) {
+	var objs []Stored
+	for o, err := range Objects(ctx, b, instance, incarnation, 0) {
+		if err != nil {
+			return 0, err
+		}
+		objs = append(objs, o)
+	}
+	for i, o := range objs {
+		if o.Size == 0 || (live && i == len(objs)-1) || !old(o.Key) {
+			return deleted, nil
+		}
+		keep, err := keepObject(ctx, b, o, incarnation, needed)
+		if err != nil || keep {
+			return deleted, err
+		}
+		if err := b.Delete(ctx, o.Key); err != nil {
+			return deleted, fmt.Errorf("tail: collect %s: %w", o.Key, err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
+// keepObject reports whether any section of o is needed.
+func keepObject(ctx context.Context, b *substrate.Bucket, o Stored, incarnation uint64, needed func(uint64, Entry) (bool, error)) (bool, error) {
+	ix, err := ReadIndex(&objectReader{ctx: ctx, b: b, key: o.Key}, o.Size)
+	if err != nil {
+		// A corrupt object is kept: it is evidence, and nothing proves it unneeded.
+		return true, fmt.Errorf("tail: collect %s: %w", o.Key, err)
+	}
+	if ix.Sequence != o.Sequence || ix.Incarnation != incarnation {
+		return true, fmt.Errorf("tail: collect %s: %w", o.Key, corrupt(o.Size, "the index names sequence %d of incarnation %d", ix.Sequence, ix.Incarnation))
+	}
+	for _, e := range ix.Entries {
+		if keep, err := needed(o.Sequence, e); err != nil || keep {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// firstStored returns the lowest sequence at or after from that holds an object of
+// instance's stream incarnation, by one listing request; ok is false if none does.
+func firstStored(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64) (seq uint64, ok bool, err error) {
+	prefix := streamPrefix(instance, incarnation)
+	opts := substrate.ListOptions{Limit: 1}
+	if from > 0 {
+		opts.StartAfter = Key(instance, incarnation, from-1)
+	}
+	for {
+		page, err := b.List(ctx, prefix, opts)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, e := range page.Entries {
+			if n, err := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64); err == nil && n >= from {
+				return n, true, nil
+			}
+		}
+		if page.Next == "" {
+			return 0, false, nil
+		}
+		opts.StartAfter = page.Next
+	}
+}
