@@ -161,7 +161,8 @@ func TestTailObjectsAreCollectedOnceSealed(t *testing.T) {
 }
 
 // TestAFenceIsNeverCollected: B takes shard s over from A after A's lease ran out
-// (by B's clock), fencing A's stream, and seals everything; A's collection then
+// (by B's clock), fencing A's stream, and seals everything; A meets the fence with
+// an append to another shard and moves to a new incarnation. A's collection then
 // deletes the fenced stream's objects, all superseded, but never its fence.
 func TestAFenceIsNeverCollected(t *testing.T) {
 	ctx := context.Background()
@@ -175,12 +176,17 @@ func TestAFenceIsNeverCollected(t *testing.T) {
 	optsB.Dir, optsB.Now = t.TempDir(), clkB.Now
 	eA, eB := open(t, optsA), open(t, optsB)
 	want := appendBatches(t, openShard(t, eA, "s"), 5)
+	other := openShard(t, eA, "other")
 	clkB.Advance(eB.opts.Lease.Duration + eB.opts.Lease.SkewMargin + time.Second)
 	sB := openShard(t, eB, "s")
 	waitFor(t, 5*time.Second, "the backlog sealed on B", func() bool { return sB.Info().Sealed == uint64(len(want)) })
 	if err := sB.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 5*time.Second, "A's other shard carrying on in a new incarnation", func() bool {
+		_, err := other.Append(ctx, []byte("after the fence"))
+		return err == nil
+	})
 	fenced := fmt.Sprintf("tail/%s/%020d/", eA.Instance(), 1)
 	waitFor(t, 5*time.Second, "A's fenced stream collected", func() bool {
 		data, _ := tailObjects(t, eA.set.Authority().Bucket)
