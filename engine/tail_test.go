@@ -203,3 +203,37 @@ func TestAFenceIsNeverCollected(t *testing.T) {
 		t.Fatalf("the fence on %s was collected: fences left %q", fenced, fences)
 	}
 }
+
+// TestASealAdvancesTheTailPointer: a seal commit moves the shard's tail pointer
+// past the objects that hold only sealed records, so a takeover reads from there;
+// the records past the seal still move with the shard.
+func TestASealAdvancesTheTailPointer(t *testing.T) {
+	ctx := context.Background()
+	drv := mem.New()
+	e := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drv), Seal: quietSealOptions()})
+	sh := openShard(t, e, "s")
+	appendBatches(t, sh, 10)
+	from := sh.Manifest().Tail.From
+	if _, err := sh.Seal(ctx, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	after := sh.Manifest().Tail.From
+	if after < from+10 {
+		t.Fatalf("tail pointer at %d after sealing 10 flushes' records, %d before", after, from)
+	}
+	var want [][]byte
+	for rec, err := range sh.Read(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, rec.Value)
+	}
+	want = append(want, appendBatches(t, sh, 2)...)
+	if err := sh.Retire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eB := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drv), Seal: quietSealOptions()})
+	if got := readAll(t, openShard(t, eB, "s"), 0); !equal(got, want) {
+		t.Fatalf("after the move: %d records, want %d", len(got), len(want))
+	}
+}

@@ -252,7 +252,24 @@ func (o *Owner) Renew(ctx context.Context) error {
 // attempt whose reply was lost) is success. A nil error means the part is in the
 // authority's manifest.
 func (o *Owner) Commit(ctx context.Context, p Part) error {
+	return o.commit(ctx, p, func(*Tail) {})
+}
+
+// CommitTail is Commit that also advances the tail pointer to from, a sequence of
+// the owner's stream incarnation from which on its objects hold every record of
+// the shard past the part: if the pointer names that stream and from moves it
+// forward, so that a takeover reads fewer objects and collection keeps fewer.
+func (o *Owner) CommitTail(ctx context.Context, p Part, incarnation, from uint64) error {
+	return o.commit(ctx, p, func(t *Tail) {
+		if t != nil && t.Instance == o.instance && t.Incarnation == incarnation && from > t.From {
+			t.From = from
+		}
+	})
+}
+
+func (o *Owner) commit(ctx context.Context, p Part, advance func(*Tail)) error {
 	return o.update(ctx, func(m *Manifest) error {
+		advance(m.Tail)
 		if slices.ContainsFunc(m.Parts, func(q Part) bool { return q.Key == p.Key }) {
 			return errAlreadyDone
 		}

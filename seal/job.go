@@ -112,7 +112,12 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
 		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
 	}
-	if err := j.Owner.Commit(ctx, p); err != nil {
+	commit := func() error { return j.Owner.Commit(ctx, p) }
+	if inc, from, ok := j.Log.TailFrom(j.Shard, p.Next()); ok {
+		// Every record past the part is in the tail from there on.
+		commit = func() error { return j.Owner.CommitTail(ctx, p, inc, from) }
+	}
+	if err := commit(); err != nil {
 		switch {
 		case errors.Is(err, manifest.ErrFenced): // ErrReleased is an ErrFenced too
 			err = errors.Join(err, ErrStopped)

@@ -84,7 +84,10 @@ func (l *Log) Reship(shard string, epoch, from uint64, f *tail.Flusher, hold boo
 	st := l.state(shard)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var last *tail.Ticket
+	var (
+		last  *tail.Ticket
+		given []givenPage
+	)
 	if st.mu.pages > 0 && from < st.mu.next {
 		// Every page applied so far, synced or not, under the lock that appends
 		// take to apply theirs.
@@ -107,12 +110,13 @@ func (l *Log) Reship(shard string, epoch, from uint64, f *tail.Flusher, hold boo
 			}
 			// The tail copies the records: the iterator's bytes may go.
 			last = f.Add(shard, epoch, p.FirstOffset, p.Records)
+			given = append(given, givenPage{p.FirstOffset, last})
 		}
 		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("wal: reship shard %q: %w", shard, err)
 		}
 	}
-	st.mu.tail, st.mu.shipErr = f, nil
+	st.mu.tail, st.mu.shipErr, st.mu.given = f, nil, given
 	if last != nil {
 		st.mu.shipping = last
 	}
@@ -155,4 +159,42 @@ func (g *gate) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// givenPage is a page given to the shard's tail, by its first offset.
+type givenPage struct {
+	first uint64
+	t     *tail.Ticket
+}
+
+// TailFrom returns the shard's tail stream (its incarnation) and a sequence at or
+// below that of every object that holds, or will hold, a page of the shard with
+// offsets from offset on: the sequence a manifest's tail pointer can advance to
+// once everything before offset is sealed. ok is false if no such sequence is
+// known (a page there whose shipment failed).
+func (l *Log) TailFrom(shard string, offset uint64) (incarnation, seq uint64, ok bool) {
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.mu.tail
+	if f == nil {
+		return 0, 0, false
+	}
+	// Pages given from now on go at or after f.Next(); of those given already, the
+	// first at or past offset bounds the rest, which follow it.
+	seq = f.Next()
+	for _, g := range st.mu.given {
+		if g.first < offset {
+			continue
+		}
+		switch s, done, err := g.t.State(); {
+		case done && err != nil:
+			return 0, 0, false
+		case done:
+			seq = min(seq, s)
+		}
+		// Not shipped yet: it goes at or after f.Next().
+		break
+	}
+	return f.Incarnation(), seq, true
 }

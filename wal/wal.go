@@ -124,6 +124,9 @@ type shardState struct {
 		shipping *tail.Ticket
 		gate     *gate
 		shipErr  error
+		// given are the shard's pages given to tail since the floor, in offset
+		// order (see TailFrom).
+		given []givenPage
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
 	// their sync. floorMark is mu.floor once that is durable, for the watermark
@@ -135,6 +138,11 @@ type shardState struct {
 func (st *shardState) setFloorLocked(floor uint64) {
 	st.mu.floor = floor
 	st.floorMark.Store(floor)
+	i := 0
+	for i < len(st.mu.given) && st.mu.given[i].first < floor {
+		i++
+	}
+	st.mu.given = st.mu.given[i:]
 }
 
 // Open opens (creating it if needed) the log in dir and loads every shard's state.
@@ -376,6 +384,7 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		// order; shipped while the fsync runs.
 		ship, g = f.Add(shard, epoch, first, recs), st.mu.gate
 		st.mu.shipping = ship
+		st.mu.given = append(st.mu.given, givenPage{first, ship})
 	}
 	if st.mu.pages == 0 {
 		st.mu.oldest = now

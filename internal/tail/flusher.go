@@ -53,6 +53,18 @@ type FlushStats struct {
 type Ticket struct {
 	done chan struct{}
 	err  error
+	seq  uint64 // of the object that holds the page, once shipped
+}
+
+// State reports, without waiting, whether the page's shipment ended, and how: the
+// sequence of the object that holds it, or the error.
+func (t *Ticket) State() (seq uint64, done bool, err error) {
+	select {
+	case <-t.done:
+		return t.seq, true, t.err
+	default:
+		return 0, false, nil
+	}
 }
 
 // Wait returns nil once the page is in a durable tail object, with every page given
@@ -327,7 +339,7 @@ func (f *Flusher) loop() {
 // Close gave up waiting.
 func (f *Flusher) ship(b *batch) error {
 	for {
-		_, err := f.stream.Put(f.ctx, b.sections)
+		seq, err := f.stream.Put(f.ctx, b.sections)
 		f.mu.Lock()
 		if err == nil {
 			f.mu.batches = f.mu.batches[1:]
@@ -337,6 +349,7 @@ func (f *Flusher) ship(b *batch) error {
 			f.mu.stats.Bytes += uint64(b.bytes)
 			f.mu.stats.Pending -= b.bytes
 			for _, t := range b.tickets {
+				t.seq = seq
 				close(t.done)
 			}
 			f.mu.Unlock()
