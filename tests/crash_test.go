@@ -77,6 +77,11 @@ type batch struct {
 	first uint64
 	count int
 	crc   uint32 // over the batch's records, each length-prefixed
+	bytes int    // of the records
+	// window is the last unshipped-bytes gauge the child reported before this
+	// acknowledgement (Local mode), and report which report it was (0: none).
+	window int64
+	report int
 }
 
 // runAndKill runs test's child on dir, with env added, and kills it with SIGKILL
@@ -104,14 +109,19 @@ func runAndKill(t *testing.T, test, dir string, env []string, kill int, delay ti
 		defer close(done)
 		sc := bufio.NewScanner(out)
 		once := sync.Once{}
+		window, reports := int64(0), 0
 		for sc.Scan() {
 			line := sc.Text()
 			if line == "ready" {
 				once.Do(func() { close(started) })
 				continue
 			}
-			var b batch
-			if _, err := fmt.Sscanf(line, "ack %s %d %d %d", &b.shard, &b.first, &b.count, &b.crc); err != nil {
+			if n, err := fmt.Sscanf(line, "window %d", &window); n == 1 && err == nil {
+				reports++
+				continue
+			}
+			b := batch{window: window, report: reports}
+			if _, err := fmt.Sscanf(line, "ack %s %d %d %d %d", &b.shard, &b.first, &b.count, &b.crc, &b.bytes); err != nil {
 				t.Errorf("child said %q: %v", line, err)
 				continue
 			}
@@ -266,6 +276,14 @@ func crashChild(dir string) {
 		w.Flush()
 	}
 	report("ready\n")
+	if opts.Durability == engine.Local {
+		// What a machine loss would lose, reported between the acknowledgements.
+		go func() {
+			for range time.Tick(2 * time.Millisecond) {
+				report(fmt.Sprintf("window %d\n", e.Metrics().TailUnshippedBytes))
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	for s := range crashShards {
 		sh, err := e.OpenShard(ctx, fmt.Sprintf("shard-%d", s))
@@ -290,7 +308,11 @@ func crashChild(dir string) {
 						fmt.Fprintln(os.Stderr, "child: append:", err)
 						os.Exit(3)
 					}
-					report(fmt.Sprintf("ack %s %d %d %d\n", sh.ID(), first, n, batchCRC(recs)))
+					size := 0
+					for _, r := range recs {
+						size += len(r)
+					}
+					report(fmt.Sprintf("ack %s %d %d %d %d\n", sh.ID(), first, n, batchCRC(recs), size))
 				}
 			})
 		}

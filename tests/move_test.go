@@ -360,3 +360,97 @@ func TestAFencedEngineAcknowledgesNothingFromItsOldStream(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalModeLosesAtMostTheUnshippedWindow: the kill of TestAKilledOwners... in
+// Local mode, which acknowledges on the local fsync. Machine B loses what the
+// child had not shipped — never more than the unshipped window its gauge last
+// reported plus what it acknowledged after that report — and only at the end of a
+// shard: every acknowledged record before the first one missing is there, byte for
+// byte, and nothing B reads was not appended by the child.
+func TestLocalModeLosesAtMostTheUnshippedWindow(t *testing.T) {
+	if dir := os.Getenv(envCrashChild); dir != "" {
+		crashChild(dir)
+		return
+	}
+	dirA, dirB, bucketDir := t.TempDir(), t.TempDir(), t.TempDir()
+	env := []string{envCrashBucket + "=" + bucketDir, envCrashShortLease + "=1", envCrashLocal + "=1"}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	var lostTotal int
+	for kill := range *kills {
+		delay := time.Duration(rng.IntN(300)) * time.Millisecond
+		acked := runAndKill(t, "TestLocalModeLosesAtMostTheUnshippedWindow", dirA, env, kill, delay)
+		if len(acked) == 0 {
+			continue
+		}
+		last := acked[len(acked)-1]
+		bound := last.window
+		for _, b := range acked {
+			if b.report == last.report {
+				bound += int64(b.bytes)
+			}
+		}
+		d, err := local.New(bucketDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bk, err := substrate.New(d, substrate.Options{Name: "local"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := takeOverAndCount(t, engine.Options{Dir: dirB, Bucket: bk, Lease: shortLease, RenewEvery: shortRenew}, acked, kill)
+		bk.Close()
+		if int64(lost) > bound {
+			t.Fatalf("kill %d: lost %d acknowledged bytes; the window last reported was %d bytes, with %d bytes acknowledged after it",
+				kill, lost, last.window, bound-last.window)
+		}
+		lostTotal += lost
+	}
+	t.Logf("%d kill points in Local mode; %d acknowledged bytes lost in all, each within the reported window", *kills, lostTotal)
+}
+
+// takeOverAndCount takes every shard over on opts's machine, checks that what it
+// reads of the acknowledged batches is a prefix of each shard's, byte for byte, and
+// hands the shards back; it returns the bytes of the acknowledged batches missing.
+func takeOverAndCount(t *testing.T, opts engine.Options, acked []batch, kill int) (lost int) {
+	t.Helper()
+	ctx := t.Context()
+	e, err := engine.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for s := range crashShards {
+		id := fmt.Sprintf("shard-%d", s)
+		sh, err := e.OpenShard(ctx, id, engine.WaitForLease())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs [][]byte
+		for rec, err := range sh.Read(ctx, 0) {
+			if err != nil {
+				t.Fatalf("kill %d: read %s: %v", kill, id, err)
+			}
+			recs = append(recs, rec.Value)
+		}
+		for _, b := range acked {
+			if b.shard != id {
+				continue
+			}
+			end := b.first + uint64(b.count)
+			switch {
+			case end <= uint64(len(recs)):
+				if batchCRC(recs[b.first:end]) != b.crc {
+					t.Fatalf("kill %d: %s: the acknowledged batch at %d+%d reads back other bytes", kill, id, b.first, b.count)
+				}
+			case b.first >= uint64(len(recs)):
+				lost += b.bytes
+			default:
+				t.Fatalf("kill %d: %s: the acknowledged batch at %d+%d is cut at %d", kill, id, b.first, b.count, len(recs))
+			}
+		}
+		if err := sh.Close(ctx); err != nil {
+			t.Fatalf("kill %d: close %s: %v", kill, id, err)
+		}
+	}
+	return lost
+}
