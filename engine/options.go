@@ -130,6 +130,9 @@ type TailOptions struct {
 	// Bytes starts a flush at once when this many record bytes are pending.
 	// Default 4 MiB.
 	Bytes int
+	// Retry is the wait before a tail put that failed is put again (appends wait
+	// meanwhile). Default 100 ms.
+	Retry time.Duration
 	// MaxUnshippedBytes and MaxUnshippedAge bound Local mode's window of records
 	// acknowledged and not yet shipped: an append waits while the window holds
 	// that many bytes, or its oldest page is that old. Defaults 64 MiB and 1 s.
@@ -217,7 +220,7 @@ func (o *Options) validate() (*replica.Set, error) {
 	case o.Durability != Remote && o.Durability != Local:
 		return nil, fmt.Errorf("%w: Durability %d", ErrInvalidOptions, o.Durability)
 	case o.Tail.Interval < 0 || o.Tail.Bytes < 0 || o.Tail.MaxUnshippedBytes < 0 || o.Tail.MaxUnshippedAge < 0 ||
-		o.Tail.CollectEvery < 0 || o.Tail.CollectAfter < 0:
+		o.Tail.CollectEvery < 0 || o.Tail.CollectAfter < 0 || o.Tail.Retry < 0:
 		return nil, fmt.Errorf("%w: Tail %+v", ErrInvalidOptions, o.Tail)
 	}
 	if err := o.Seal.Validate(); err != nil {
