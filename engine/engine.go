@@ -164,13 +164,13 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
 	e.mu.files = make(map[string]string)
+	e.metrics = newMetrics(e) // its collectors read the tail only when collected
 	if err := e.openTail(); err != nil {
 		sealer.Close()
 		encoder.Close()
 		log.Close()
 		return nil, err
 	}
-	e.metrics = newMetrics(e)
 	upOpts := opts.Upload
 	upOpts.ObserveLag = func(d time.Duration) {
 		e.metrics.lag.Observe(d.Seconds())

@@ -100,6 +100,8 @@ type metrics struct {
 	fences     prometheus.Counter // fences this engine put on another's tail
 	fencesMet  prometheus.Counter // fences it found in place
 	collected  prometheus.Counter // tail objects deleted
+	flushTook  prometheus.Histogram
+	shipWait   prometheus.Histogram
 	unsealed   *prometheus.Desc
 	oldestAge  *prometheus.Desc
 	lastFsyncs atomic.Uint64 // the WAL's count, kept for Metrics after Close
@@ -178,6 +180,16 @@ func newMetrics(e *Engine) *metrics {
 	m.collected = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "l0_tail_objects_collected_total", Help: "Tail objects deleted once no shard needed them (fences never are).",
 	})
+	m.flushTook = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "l0_tail_flush_duration_seconds",
+		Help:    "Time to put one tail object, from its first attempt to the one that succeeded.",
+		Buckets: prometheus.ExponentialBucketsRange(100e-6, 30, 20),
+	})
+	m.shipWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "l0_tail_ship_latency_seconds",
+		Help:    "Time from a page entering the WAL to its tail object being durable: in Remote mode, the append's wait for the object store.",
+		Buckets: prometheus.ExponentialBucketsRange(100e-6, 30, 20),
+	})
 	flush := func(name, help string, f func(tail.FlushStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return f(e.tailStats()) })
@@ -197,7 +209,7 @@ func newMetrics(e *Engine) *metrics {
 			}
 			return 0
 		}),
-		m.fences, m.fencesMet, m.collected,
+		m.fences, m.fencesMet, m.collected, m.flushTook, m.shipWait,
 	}
 	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
@@ -238,6 +250,14 @@ func (m *metrics) walFsyncs() uint64 {
 		return n
 	}
 	return m.lastFsyncs.Load()
+}
+
+// observeShipped is the tail flushers' Shipped.
+func (m *metrics) observeShipped(s tail.ShipInfo) {
+	m.flushTook.Observe(s.Took.Seconds())
+	for _, w := range s.Waited {
+		m.shipWait.Observe(w.Seconds())
+	}
 }
 
 // fenceWritten counts a fence a takeover put (written) or found (met).

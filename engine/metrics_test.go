@@ -37,6 +37,17 @@ l0_appended_records_total 0
 	if n, err := testutil.GatherAndCount(reg, "l0_append_duration_seconds", "l0_wal_fsyncs_total"); err != nil || n != 2 {
 		t.Fatalf("duration and fsyncs: %d series (%v)", n, err)
 	}
+	tailSeries := []string{"l0_tail_puts_total", "l0_tail_bytes_total", "l0_tail_put_failures_total",
+		"l0_tail_unshipped_bytes", "l0_tail_unshipped_age_seconds", "l0_tail_fences_written_total",
+		"l0_tail_fences_met_total", "l0_tail_objects_collected_total"}
+	for _, name := range tailSeries {
+		if v := gathered(t, reg, name); v != 0 {
+			t.Fatalf("%s is %v before anything happened", name, v)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "l0_tail_flush_duration_seconds", "l0_tail_ship_latency_seconds"); err != nil || n != 2 {
+		t.Fatalf("tail histograms: %d series (%v)", n, err)
+	}
 }
 
 func TestAppendsAreCountedInTheRegistryAndTheSnapshot(t *testing.T) {
@@ -64,8 +75,16 @@ func TestAppendsAreCountedInTheRegistryAndTheSnapshot(t *testing.T) {
 	if s := m.Shards["orders-7"]; s.UnsealedBytes != 15 || s.OldestUnsealed.IsZero() {
 		t.Fatalf("shard snapshot: %+v", s)
 	}
+	// Remote mode: each sequential append waited for a tail object of its own.
+	if m.TailPuts != 3 || m.TailBytes != 15 || m.TailUnshippedBytes != 0 {
+		t.Fatalf("tail snapshot: %d puts, %d bytes, %d unshipped; want 3, 15, 0", m.TailPuts, m.TailBytes, m.TailUnshippedBytes)
+	}
+	if n := histogramCount(t, reg, "l0_tail_ship_latency_seconds"); n != 3 {
+		t.Fatalf("l0_tail_ship_latency_seconds counted %d pages, want 3", n)
+	}
 	for name, want := range map[string]float64{
 		"l0_append_total": 3, "l0_appended_records_total": 6, "l0_appended_bytes_total": 15,
+		"l0_tail_puts_total": 3, "l0_tail_bytes_total": 15,
 	} {
 		if got := gathered(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -96,7 +115,8 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, f := range families {
 		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
+			m := f.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is set
 		}
 	}
 	t.Fatalf("%s not registered", name)
@@ -118,4 +138,20 @@ func TestEnginesShareARegistererOneAfterAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	open(t, Options{Dir: dir, Registerer: reg})
+}
+
+// histogramCount is the sample count of histogram name in reg.
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no histogram %s", name)
+	return 0
 }

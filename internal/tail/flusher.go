@@ -24,6 +24,19 @@ type FlushOptions struct {
 	Retry time.Duration
 	// Now is the clock of Interval. Default time.Now.
 	Now func() time.Time
+	// Shipped, if set, is told of each object shipped, from the flusher's own
+	// goroutine: it must not block.
+	Shipped func(ShipInfo)
+}
+
+// ShipInfo is one object shipped.
+type ShipInfo struct {
+	Sequence uint64
+	Bytes    int           // record bytes
+	Took     time.Duration // from the first put to the one that succeeded
+	// Waited is, for each page the object holds, the time from being given to
+	// being shipped: in Remote mode, what its append waited for the tail.
+	Waited []time.Duration
 }
 
 func (o *FlushOptions) ensureDefaults() {
@@ -54,6 +67,8 @@ type Ticket struct {
 	done chan struct{}
 	err  error
 	seq  uint64 // of the object that holds the page, once shipped
+	// given is when the page was given.
+	given time.Time
 }
 
 // State reports, without waiting, whether the page's shipment ended, and how: the
@@ -132,7 +147,7 @@ func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
 // per shard. A page no object can hold (see Encode) fails its ticket with
 // ErrInvalid at once, and nothing else.
 func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket {
-	t := &Ticket{done: make(chan struct{})}
+	t := &Ticket{done: make(chan struct{}), given: f.opts.Now()}
 	if err := checkPage(shard, first, recs); err != nil {
 		t.err = err
 		close(t.done)
@@ -338,6 +353,7 @@ func (f *Flusher) loop() {
 // tickets. It returns ErrFenced once the stream was fenced, and ErrClosed once
 // Close gave up waiting.
 func (f *Flusher) ship(b *batch) error {
+	start := f.opts.Now()
 	for {
 		seq, err := f.stream.Put(f.ctx, b.sections)
 		f.mu.Lock()
@@ -348,11 +364,22 @@ func (f *Flusher) ship(b *batch) error {
 			f.mu.stats.Puts++
 			f.mu.stats.Bytes += uint64(b.bytes)
 			f.mu.stats.Pending -= b.bytes
-			for _, t := range b.tickets {
+			now := f.opts.Now()
+			var waited []time.Duration
+			if f.opts.Shipped != nil {
+				waited = make([]time.Duration, len(b.tickets))
+			}
+			for i, t := range b.tickets {
 				t.seq = seq
+				if waited != nil {
+					waited[i] = now.Sub(t.given)
+				}
 				close(t.done)
 			}
 			f.mu.Unlock()
+			if f.opts.Shipped != nil {
+				f.opts.Shipped(ShipInfo{Sequence: seq, Bytes: b.bytes, Took: now.Sub(start), Waited: waited})
+			}
 			return nil
 		}
 		f.mu.stats.Failures++
