@@ -60,7 +60,7 @@ func (e *Engine) newTailStream() (*tailStream, error) {
 	rand.Read(w[:])
 	stream := tail.NewStream(spec.Bucket, e.opts.Instance, inc, 0, hex.EncodeToString(w[:]))
 	return &tailStream{
-		flusher:     tail.NewFlusher(stream, tail.FlushOptions{
+		flusher: tail.NewFlusher(stream, tail.FlushOptions{
 			Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes, Retry: e.opts.Tail.Retry,
 			Shipped: e.metrics.observeShipped,
 		}),
