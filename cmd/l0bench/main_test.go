@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -285,5 +286,29 @@ func TestASuiteRunsEachScenarioInAProcessOfItsOwn(t *testing.T) {
 	}
 	if len(pids) != 2 {
 		t.Fatalf("scenarios by process: %v", pids)
+	}
+}
+
+// TestTheTailScenarioJudgesItsThreeTargets: the tail scenario prints its latency,
+// puts and move figures beside their baselines, and judges the three targets.
+func TestTheTailScenarioJudgesItsThreeTargets(t *testing.T) {
+	cfg := quickConfig(t, "tail")
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"append ack p50 ms", "put of a 250 KB object", "tail puts/s, 64 busy shards",
+		"OpenShard → sealed ms, another machine", "target append ack p50 over flush interval/2",
+		"target tail puts/s", "target cross-machine move"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+	lines := resultLines(t, cfg)
+	if len(lines) != 1 || lines[0].Scenario != "tail" || len(lines[0].Targets) != 3 {
+		t.Fatalf("results: %+v", lines)
+	}
+	if !strings.Contains(fmt.Sprint(lines[0].Figures), "tail_puts_per_s_1_shards") {
+		t.Fatalf("figures: %+v", lines[0].Figures)
 	}
 }

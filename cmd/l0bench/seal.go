@@ -96,11 +96,20 @@ func (g *remote) newBucket(ctx context.Context) (*substrate.Bucket, error) {
 	if g.kind == "s3" {
 		return g.newS3Bucket(ctx)
 	}
-	d, err := emulator.NewGCSDriver(ctx, g.endpoint, fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1)))
+	b, _, err := g.newGCSBucket(ctx)
+	return b, err
+}
+
+// newGCSBucket creates a bucket on the GCS emulator and returns a client of it,
+// and its name.
+func (g *remote) newGCSBucket(ctx context.Context) (*substrate.Bucket, string, error) {
+	name := fmt.Sprintf("l0bench-%d-%d", time.Now().UnixNano(), g.buckets.Add(1))
+	d, err := emulator.NewGCSDriver(ctx, g.endpoint, name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return substrate.New(d, substrate.Options{Name: "gcs", Registerer: bucketRegisterer()})
+	b, err := substrate.New(d, substrate.Options{Name: "gcs", Registerer: bucketRegisterer()})
+	return b, name, err
 }
 
 // quietSeal never seals on its own: the scenarios decide when.
