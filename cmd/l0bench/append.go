@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/seal"
 )
 
@@ -24,7 +25,17 @@ func appendKinds(shardCounts []int, triggers seal.Options, extras bool) []sinkKi
 	if extras {
 		ks = append(ks, keys16Kind)
 	}
-	for _, n := range shardCounts {
+	for i, n := range shardCounts {
+		if i == len(shardCounts)-1 {
+			// The other mode at the most shards, beside the mode of the run (the
+			// last, which the target judges): Remote waits for the tail's put, on
+			// the local directory here (see the tail scenario for a remote one).
+			other := engine.Remote
+			if durability == engine.Remote {
+				other = engine.Local
+			}
+			ks = append(ks, l0KindIn(other, n, triggers))
+		}
 		ks = append(ks, l0Kind(n, triggers))
 	}
 	return ks
@@ -240,7 +251,7 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 		line := resultLine{
 			Scenario: "append",
 			Params: map[string]any{
-				"shards": k.shards, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch,
+				"shards": k.shards, "durability": k.mode, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch,
 				"rounds": cfg.longRounds, "warmup_bytes": cfg.timing.warmupBytes, "warmup_s": cfg.timing.warmup.Seconds(), "window_s": cfg.timing.window.Seconds(),
 			},
 			Figures:   figs[i],

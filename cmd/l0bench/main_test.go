@@ -61,7 +61,7 @@ func resultLines(t *testing.T, cfg config) []resultLine {
 // TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount runs the
 // scenario briefly: every contender appended, and each result line carries l0's
 // figures, every baseline and the ratios to each.
-func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *testing.T) {
+func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCountAndMode(t *testing.T) {
 	cfg := quickConfig(t, "append")
 	cfg.extras = true
 	var out bytes.Buffer
@@ -100,8 +100,8 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCount(t *t
 			t.Fatalf("line %d: env %+v", lines, l.Env)
 		}
 	}
-	if lines != 2 {
-		t.Fatalf("%d result lines, want one per shard count", lines)
+	if lines != 3 {
+		t.Fatalf("%d result lines, want one per shard count and one for the other durability mode", lines)
 	}
 }
 

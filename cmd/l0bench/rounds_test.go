@@ -66,7 +66,7 @@ func TestEveryRatioIsPairedByRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := resultLines(t, cfg)
-	if len(lines) != 3 {
+	if len(lines) != 4 { // append in both modes, seal, backfill
 		t.Fatalf("%d result lines", len(lines))
 	}
 	for _, l := range lines {

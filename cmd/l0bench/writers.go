@@ -41,7 +41,9 @@ type sinkKind struct {
 	key    string // its name in the results file
 	name   string // its name in the tables
 	shards int    // l0's shard count; 0 for the baselines
-	open   func(ctx context.Context, dir string, p appendParams) (*sink, error)
+	// mode is l0's durability mode, as the results file names it.
+	mode string
+	open func(ctx context.Context, dir string, p appendParams) (*sink, error)
 }
 
 // The contenders' keys. The best raw writer is the limit every other contender is
@@ -66,8 +68,17 @@ var (
 // l0Kind is l0 on shards shards, sealing by triggers (the zero value: the
 // defaults, as in production).
 func l0Kind(shards int, triggers seal.Options) sinkKind {
-	return sinkKind{key: l0Key, name: "l0", shards: shards, open: func(ctx context.Context, dir string, p appendParams) (*sink, error) {
-		return openL0(ctx, dir, p, shards, triggers)
+	return l0KindIn(durability, shards, triggers)
+}
+
+// l0KindIn is l0Kind in durability mode d.
+func l0KindIn(d engine.Durability, shards int, triggers seal.Options) sinkKind {
+	name := "l0"
+	if d != durability {
+		name = fmt.Sprintf("l0 %s mode", d)
+	}
+	return sinkKind{key: l0Key, name: name, shards: shards, mode: d.String(), open: func(ctx context.Context, dir string, p appendParams) (*sink, error) {
+		return openL0(ctx, dir, p, d, shards, triggers)
 	}}
 }
 
@@ -391,8 +402,8 @@ func rawBatches(p appendParams) [][]byte {
 
 // openL0 opens an engine on a local-directory bucket in dir, sealing by triggers,
 // and shards shards on it; appender w appends to shard w mod shards.
-func openL0(ctx context.Context, dir string, p appendParams, shards int, triggers seal.Options) (*sink, error) {
-	handles, closeAll, err := openShards(ctx, dir, "append", shards, triggers)
+func openL0(ctx context.Context, dir string, p appendParams, d engine.Durability, shards int, triggers seal.Options) (*sink, error) {
+	handles, closeAll, err := openShards(ctx, dir, "append", d, shards, triggers)
 	if err != nil {
 		return nil, err
 	}
@@ -414,12 +425,12 @@ type l0Shards struct {
 
 // openShards opens an engine in dir, on a local-directory bucket there, as it runs
 // in production, and n shards on it; closeAll closes the engine and the bucket.
-func openShards(ctx context.Context, dir, label string, n int, triggers seal.Options) (l0Shards, func(), error) {
+func openShards(ctx context.Context, dir, label string, d engine.Durability, n int, triggers seal.Options) (l0Shards, func(), error) {
 	bucket, err := localBucket(filepath.Join(dir, "bucket"))
 	if err != nil {
 		return l0Shards{}, nil, err
 	}
-	e, err := engine.Open(ctx, engine.Options{Durability: durability, Dir: filepath.Join(dir, "engine"), Bucket: bucket, Seal: triggers, Registerer: engineRegisterer(label)})
+	e, err := engine.Open(ctx, engine.Options{Durability: d, Dir: filepath.Join(dir, "engine"), Bucket: bucket, Seal: triggers, Registerer: engineRegisterer(label)})
 	if err != nil {
 		bucket.Close()
 		return l0Shards{}, nil, err
