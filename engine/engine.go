@@ -305,6 +305,16 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.owners[id] = owner
 	e.mu.Unlock() // the backfill below looks up local part files under mu
 
+	// A fence met while the takeover ran started a new tail incarnation that may
+	// not have seen this shard: move it now, before its first append. (If both
+	// move it, the second finds it moved.)
+	if cur := e.tail.cur.Load(); owner.Manifest().Tail == nil || owner.Manifest().Tail.Incarnation != cur.incarnation {
+		if err := e.moveShard(ctx, id, owner, cur); err != nil {
+			sh.Retire(ctx) // closes it; the lease runs out, or was another's already
+			return nil, fmt.Errorf("engine: open shard %q: %w", id, err)
+		}
+	}
+
 	if e.opts.BackfillOnOpen {
 		if _, err := e.backfill(id, owner); err != nil {
 			e.opts.Logger.Error("engine: backfill at open", "shard", id, "err", err)

@@ -62,9 +62,10 @@ type Options struct {
 	// defaults to Dir/uploads, its Now to Now; its ObserveLag, if set, is called
 	// besides the engine's l0_upload_lag_seconds histogram.
 	Upload replica.Options
-	// Instance names this engine in the leases it holds. Default: an id created at
-	// the first Open of Dir and kept in Dir/instance, so a restarted engine takes
-	// its own shards back at once.
+	// Instance names this engine in the leases it holds and in its tail's keys.
+	// Default: an id created at the first Open of Dir and kept in Dir/instance, so
+	// a restarted engine takes its own shards back at once. Two engines open at
+	// once must not share one: each would fence the other's tail.
 	Instance string
 	// Seal configures the seal triggers, budget, backoff and concurrency.
 	Seal seal.Options

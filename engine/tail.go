@@ -52,7 +52,20 @@ func (e *Engine) openTail() error {
 // newTailStream starts the stream of the engine's next incarnation.
 func (e *Engine) newTailStream() (*tailStream, error) {
 	spec, _ := e.set.Get(e.tail.replica)
-	inc, err := nextIncarnation(e.opts.Dir)
+	// Past every incarnation on the replica too: a Dir restored from an older
+	// copy, or another Dir given the same Instance, must not write into a stream
+	// that exists.
+	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
+	defer cancel()
+	incs, err := tail.Streams(ctx, spec.Bucket, e.opts.Instance)
+	if err != nil {
+		return nil, fmt.Errorf("engine: list the tail streams of %s: %w", e.opts.Instance, err)
+	}
+	var listed uint64
+	if len(incs) > 0 {
+		listed = incs[len(incs)-1]
+	}
+	inc, err := nextIncarnation(e.opts.Dir, listed)
 	if err != nil {
 		return nil, err
 	}
@@ -90,13 +103,11 @@ func (e *Engine) watchTail() {
 }
 
 // reincarnate carries on after a takeover fenced the tail stream old: nothing more
-// is acknowledged from it. It starts the next incarnation's stream, and for each
-// shard whose lease still holds, ships its records past the sealed watermark to the
-// new stream and points the shard's manifest there; the shard's appends meanwhile
-// wait, since until the manifest points at the new stream, its next owner would not
-// find them. A shard whose manifest cannot be pointed there fails its appends (its
-// acknowledged records are all in the old stream, before the fence), until it is
-// closed and opened again.
+// is acknowledged from it. It starts the next incarnation's stream and moves every
+// open shard to it (moveShard); the shard whose takeover fenced us fails to move,
+// its manifest being another owner's, and fails its appends. (A shard whose lease
+// merely lapsed moves too: a renewal may bring it back.) A shard opened meanwhile
+// on the old stream moves itself as its open ends (see OpenShard).
 func (e *Engine) reincarnate(old *tailStream) error {
 	s, err := e.newTailStream()
 	if err != nil {
@@ -113,24 +124,31 @@ func (e *Engine) reincarnate(old *tailStream) error {
 	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
 	defer cancel()
 	for id, o := range owners {
-		if o.Valid() != nil {
-			continue // the shard is gone from this engine: its appends fail
-		}
-		ptr := manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: s.incarnation, From: s.flusher.Next()}
-		last, err := e.log.Reship(id, o.Epoch(), o.Sealed(), s.flusher, true)
-		if err == nil && last != nil {
-			err = last.Wait(ctx)
-		}
-		if err == nil {
-			err = o.PointTail(ctx, ptr)
-		}
-		if err != nil {
-			err = fmt.Errorf("engine: shard %q: move to tail incarnation %d: %w", id, s.incarnation, err)
-			e.opts.Logger.Error("engine: a shard could not move to the new tail incarnation: its appends fail", "shard", id, "err", err)
-		}
-		e.log.Resume(id, err)
+		e.moveShard(ctx, id, o, s) // one that fails fails its appends, and says so
 	}
 	return nil
+}
+
+// moveShard moves shard id, which o owns, to the tail stream s: it ships the
+// shard's records past the sealed watermark there and points the manifest at it,
+// holding the shard's acknowledgements meanwhile. If it fails, the shard's
+// appends fail from then on (its acknowledged records are all in the stream it
+// was on, which the manifest still names) until it is closed and opened again.
+func (e *Engine) moveShard(ctx context.Context, id string, o *manifest.Owner, s *tailStream) error {
+	ptr := manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: s.incarnation, From: s.flusher.Next()}
+	last, err := e.log.Reship(id, o.Epoch(), o.Sealed(), s.flusher, true)
+	if err == nil && last != nil {
+		err = last.Wait(ctx)
+	}
+	if err == nil {
+		err = o.PointTail(ctx, ptr)
+	}
+	if err != nil {
+		err = fmt.Errorf("engine: shard %q: move to tail incarnation %d: %w", id, s.incarnation, err)
+		e.opts.Logger.Error("engine: a shard could not move to the new tail incarnation: its appends fail", "shard", id, "err", err)
+	}
+	e.log.Resume(id, err)
+	return err
 }
 
 // tailStats are the counters of every stream this engine shipped.
@@ -150,10 +168,11 @@ func addStats(a, b tail.FlushStats) tail.FlushStats {
 	return a
 }
 
-// nextIncarnation returns the incarnation after the one kept in dir/incarnation,
-// and keeps it there: every open of the engine ships its tail in a stream of its
-// own, which no earlier process of the same instance can have written or fenced.
-func nextIncarnation(dir string) (uint64, error) {
+// nextIncarnation returns the incarnation after the one kept in dir/incarnation
+// and after listed, and keeps it there: every open of the engine ships its tail in
+// a stream of its own, which no earlier process of the same instance can have
+// written or fenced.
+func nextIncarnation(dir string, listed uint64) (uint64, error) {
 	path := filepath.Join(dir, "incarnation")
 	var n uint64
 	b, err := os.ReadFile(path)
@@ -166,7 +185,7 @@ func nextIncarnation(dir string) (uint64, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return 0, fmt.Errorf("engine: %w", err)
 	}
-	n++
+	n = max(n, listed) + 1
 	if err := fsutil.WriteFileAtomic(path, []byte(strconv.FormatUint(n, 10)+"\n")); err != nil {
 		return 0, fmt.Errorf("engine: %w", err)
 	}

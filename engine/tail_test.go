@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -235,5 +237,35 @@ func TestASealAdvancesTheTailPointer(t *testing.T) {
 	eB := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drv), Seal: quietSealOptions()})
 	if got := readAll(t, openShard(t, eB, "s"), 0); !equal(got, want) {
 		t.Fatalf("after the move: %d records, want %d", len(got), len(want))
+	}
+}
+
+// TestAReopenWithAnOlderIncarnationFileStartsAFreshStream: a Dir whose
+// incarnation file is older than the streams on the replica (restored from a
+// copy, or given to another Dir's Instance) does not write into a stream that
+// exists: its first append is acknowledged, with no fence met.
+func TestAReopenWithAnOlderIncarnationFileStartsAFreshStream(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	bucket := substratetest.NewBucket(t, "m", mem.New())
+	opts := Options{Dir: dir, Bucket: bucket, Seal: quietSealOptions()}
+	e, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendBatches(t, openShard(t, e, "s"), 2)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "incarnation")); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, opts)
+	sh := openShard(t, e, "s")
+	if _, err := sh.Append(ctx, []byte("after the restore")); err != nil {
+		t.Fatalf("the first append after the restore: %v", err)
+	}
+	if inc := e.tail.cur.Load().incarnation; inc != 2 {
+		t.Fatalf("incarnation %d, want 2: past the stream the replica holds", inc)
 	}
 }

@@ -120,7 +120,7 @@ func (l *Log) Reship(shard string, epoch, from uint64, f *tail.Flusher, hold boo
 	if last != nil {
 		st.mu.shipping = last
 	}
-	if hold {
+	if hold && st.mu.gate == nil { // a gate already set is kept: its waiters wait on it
 		st.mu.gate = &gate{open: make(chan struct{})}
 	}
 	return last, nil
