@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/tail"
@@ -54,15 +55,15 @@ func (e *Engine) newTailStream() (*tailStream, error) {
 	spec, _ := e.set.Get(e.tail.replica)
 	// Past every incarnation on the replica too: a Dir restored from an older
 	// copy, or another Dir given the same Instance, must not write into a stream
-	// that exists.
-	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
+	// that exists. An engine opens without its object store (its WAL is local), so
+	// a listing that fails leaves the Dir's count alone; a collision is then met
+	// at the first put, as a fence, and the next incarnation lists again.
+	ctx, cancel := context.WithTimeout(e.closing, min(e.opts.Lease.Duration, 5*time.Second))
 	defer cancel()
-	incs, err := tail.Streams(ctx, spec.Bucket, e.opts.Instance)
-	if err != nil {
-		return nil, fmt.Errorf("engine: list the tail streams of %s: %w", e.opts.Instance, err)
-	}
 	var listed uint64
-	if len(incs) > 0 {
+	if incs, err := tail.Streams(ctx, spec.Bucket, e.opts.Instance); err != nil {
+		e.opts.Logger.Warn("engine: the tail streams could not be listed; the incarnation is the Dir's", "err", err)
+	} else if len(incs) > 0 {
 		listed = incs[len(incs)-1]
 	}
 	inc, err := nextIncarnation(e.opts.Dir, listed)
