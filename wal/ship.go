@@ -82,6 +82,7 @@ func (l *Log) Reship(shard string, epoch, from uint64, f *tail.Flusher, hold boo
 	}
 	defer l.exit()
 	st := l.state(shard)
+	defer f.Gather()() // the backlog goes out in as few objects as it fits
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var (

@@ -127,6 +127,8 @@ type Flusher struct {
 		// shipped is closed and replaced each time an object is shipped or the
 		// flusher stops: WaitRoom waits on it.
 		shipped chan struct{}
+		// gathering counts the Gather calls not done: no flush starts meanwhile.
+		gathering int
 	}
 }
 
@@ -200,6 +202,28 @@ func (f *Flusher) next() *batch {
 	b := &batch{index: map[string]int{}}
 	f.mu.batches = append(f.mu.batches, b)
 	return b
+}
+
+// Gather holds flushes back until done is called, so that the pages given
+// meanwhile (a shard's backlog, page after page) go out together rather than the
+// first of them alone and the rest an interval later; a batch that reaches Bytes
+// goes all the same.
+func (f *Flusher) Gather() (done func()) {
+	f.mu.Lock()
+	f.mu.gathering++
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.mu.gathering--
+			f.mu.Unlock()
+			select {
+			case f.wake <- struct{}{}:
+			default:
+			}
+		})
+	}
 }
 
 // Done is closed once the flusher stopped: closed, or fenced.
@@ -315,12 +339,13 @@ func (f *Flusher) loop() {
 			b = f.mu.batches[0]
 		}
 		closing, full := f.mu.err != nil, b != nil && (len(f.mu.batches) > 1 || b.bytes >= f.opts.Bytes)
+		gathering := f.mu.gathering > 0
 		f.mu.Unlock()
 		if f.ctx.Err() != nil || (b == nil && closing) {
 			f.stop(ErrClosed)
 			return
 		}
-		if b == nil {
+		if b == nil || (gathering && !full && !closing) {
 			select {
 			case <-f.wake:
 			case <-f.ctx.Done():

@@ -194,3 +194,22 @@ func bucket(t *testing.T, rules ...fault.Rule) *substrate.Bucket {
 	t.Cleanup(func() { b.Close() })
 	return b
 }
+
+// TestPagesGatheredGoOutTogether: pages given under Gather go in one object, where
+// without it the first would go out at once alone and the rest an interval later.
+func TestPagesGatheredGoOutTogether(t *testing.T) {
+	b := bucket(t)
+	f := NewFlusher(NewStream(b, "i-1", 0, 0, "w"), FlushOptions{Interval: time.Hour})
+	defer f.Close(t.Context())
+	done := f.Gather()
+	var last *Ticket
+	for i := range 100 {
+		last = f.Add("a", 1, uint64(i), records(1, fmt.Sprint("page ", i)))
+		time.Sleep(100 * time.Microsecond) // time for a flush to start, were it allowed
+	}
+	done()
+	wait(t, last)
+	if puts := f.Stats().Puts; puts != 1 {
+		t.Fatalf("%d puts for 100 pages gathered, want 1", puts)
+	}
+}
