@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestEverySeriesExistsAtZeroAndTheRegistryLintsClean(t *testing.T) {
@@ -109,18 +110,24 @@ l0_unsealed_bytes{shard="orders-7"} 15
 // gathered returns the value of the counter name as the registry exposes it.
 func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	m := family(t, reg, name).GetMetric()[0]
+	return m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is set
+}
+
+// family is the metric family name in reg.
+func family(t *testing.T, reg *prometheus.Registry, name string) *dto.MetricFamily {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == name {
-			m := f.GetMetric()[0]
-			return m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is set
+		if f.GetName() == name && len(f.GetMetric()) > 0 {
+			return f
 		}
 	}
 	t.Fatalf("%s not registered", name)
-	return 0
+	return nil
 }
 
 func TestEnginesShareARegistererOneAfterAnother(t *testing.T) {
@@ -143,15 +150,5 @@ func TestEnginesShareARegistererOneAfterAnother(t *testing.T) {
 // histogramCount is the sample count of histogram name in reg.
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
-	}
-	t.Fatalf("no histogram %s", name)
-	return 0
+	return family(t, reg, name).GetMetric()[0].GetHistogram().GetSampleCount()
 }

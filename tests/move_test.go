@@ -216,8 +216,8 @@ func TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine(t *testing
 // killAndMove runs the kill points of a child on Dir A whose shards machine B
 // takes over, with env added to the child's.
 func killAndMove(t *testing.T, test string, env []string) {
-	dirA, dirB, bucketDir := t.TempDir(), t.TempDir(), t.TempDir()
-	env = append(env, envCrashBucket+"="+bucketDir, envCrashShortLease+"=1")
+	dirA, dirB, shared := t.TempDir(), t.TempDir(), t.TempDir()
+	env = append(env, envCrashBucket+"="+filepath.Join(shared, "bucket"), envCrashShortLease+"=1")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	acked := map[string][]batch{}
 	parts := 0
@@ -226,11 +226,7 @@ func killAndMove(t *testing.T, test string, env []string) {
 		for _, b := range runAndKill(t, test, dirA, env, kill, delay) {
 			acked[b.shard] = append(acked[b.shard], b)
 		}
-		d, err := local.New(bucketDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := substrate.New(d, substrate.Options{Name: "local"})
+		b, err := localBucket(shared) // the child's, through a client of this machine's own
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,8 +368,8 @@ func TestLocalModeLosesAtMostTheUnshippedWindow(t *testing.T) {
 		crashChild(dir)
 		return
 	}
-	dirA, dirB, bucketDir := t.TempDir(), t.TempDir(), t.TempDir()
-	env := []string{envCrashBucket + "=" + bucketDir, envCrashShortLease + "=1", envCrashLocal + "=1"}
+	dirA, dirB, shared := t.TempDir(), t.TempDir(), t.TempDir()
+	env := []string{envCrashBucket + "=" + filepath.Join(shared, "bucket"), envCrashShortLease + "=1", envCrashLocal + "=1"}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	var lostTotal int
 	for kill := range *kills {
@@ -389,11 +385,7 @@ func TestLocalModeLosesAtMostTheUnshippedWindow(t *testing.T) {
 				bound += int64(b.bytes)
 			}
 		}
-		d, err := local.New(bucketDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bk, err := substrate.New(d, substrate.Options{Name: "local"})
+		bk, err := localBucket(shared) // the child's, through a client of this machine's own
 		if err != nil {
 			t.Fatal(err)
 		}
