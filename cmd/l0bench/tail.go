@@ -121,7 +121,7 @@ func tailLatency(ctx context.Context, cfg config, root string, g *remote) (tailL
 	p := appendParams{appenders: 256, recordSize: 1024, batch: 4}
 	res := tailLatencies{offered: 5}
 	res.objectBytes = int(res.offered * 1e6 * tailInterval.Seconds())
-	settle, win := time.Second, 2*cfg.latencyWindow
+	settle, win := time.Second, 4*cfg.latencyWindow // 160 puts of the baseline, at 20 a second
 	if cfg.quick {
 		settle = 200 * time.Millisecond
 	}
@@ -164,8 +164,9 @@ func tailLatency(ctx context.Context, cfg config, root string, g *remote) (tailL
 	return res, nil
 }
 
-// rawPuts puts objects of size bytes to a new bucket on g, one after another,
-// for win, and returns their latencies.
+// rawPuts puts objects of size bytes to a new bucket on g at the tail's cadence,
+// one a flush interval, for win, and returns their latencies. Each is deleted
+// after it is timed, so that an in-process emulator does not hold them all.
 func rawPuts(ctx context.Context, g *remote, size int, win time.Duration) ([]time.Duration, error) {
 	bucket, err := g.newBucket(ctx)
 	if err != nil {
@@ -177,12 +178,23 @@ func rawPuts(ctx context.Context, g *remote, size int, win time.Duration) ([]tim
 		data[i] = byte(i * 7)
 	}
 	var lat []time.Duration
+	t := time.NewTicker(tailInterval)
+	defer t.Stop()
 	for start, i := time.Now(), 0; time.Since(start) < win; i++ {
+		key := fmt.Sprintf("raw/%08d", i)
 		t0 := time.Now()
-		if _, _, err := bucket.PutIfAbsentBytes(ctx, fmt.Sprintf("raw/%08d", i), data); err != nil {
+		if _, _, err := bucket.PutIfAbsentBytes(ctx, key, data); err != nil {
 			return nil, err
 		}
 		lat = append(lat, time.Since(t0))
+		if err := bucket.Delete(ctx, key); err != nil {
+			return nil, err
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return lat, nil
 }

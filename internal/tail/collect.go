@@ -114,28 +114,3 @@ func keepObject(ctx context.Context, b *substrate.Bucket, o Stored, incarnation 
 	}
 	return false, nil
 }
-
-// firstStored returns the lowest sequence at or after from that holds an object of
-// instance's stream incarnation, by one listing request; ok is false if none does.
-func firstStored(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64) (seq uint64, ok bool, err error) {
-	prefix := streamPrefix(instance, incarnation)
-	opts := substrate.ListOptions{Limit: 1}
-	if from > 0 {
-		opts.StartAfter = Key(instance, incarnation, from-1)
-	}
-	for {
-		page, err := b.List(ctx, prefix, opts)
-		if err != nil {
-			return 0, false, err
-		}
-		for _, e := range page.Entries {
-			if n, err := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64); err == nil && n >= from {
-				return n, true, nil
-			}
-		}
-		if page.Next == "" {
-			return 0, false, nil
-		}
-		opts.StartAfter = page.Next
-	}
-}

@@ -31,9 +31,10 @@
 // Integers are big-endian. Epoch is the owner epoch the shard's pages were
 // appended under; first and next bound the section's offsets, [first, next).
 //
-// A reader of one shard, knowing the object's size, makes two ranged reads — the
-// trailer, then the index — and then reads only its shard's section, checking its
-// CRC. The index repeats the header's sequence and
+// A reader of one shard, knowing the object's size (from a listing), reads the
+// object's end — the trailer and, in the same request for any index under 64 KiB,
+// the index — and then only its shard's section, checking its CRC: two requests an
+// object, however many shards it holds. The index repeats the header's sequence and
 // incarnation, so that a reader who never fetches the header still checks that the
 // object is the one its key names.
 //

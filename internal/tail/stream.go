@@ -173,64 +173,6 @@ func putFence(ctx context.Context, b *substrate.Bucket, instance string, incarna
 	return a.Size == 0, false, nil
 }
 
-// Shipped is one shard's section of one tail object.
-type Shipped struct {
-	Sequence uint64
-	Section
-}
-
-// ReadShard returns, in sequence order, the shard's sections in the objects of the
-// instance's stream incarnation from sequence from up to the fence at until. The
-// read starts at the first object at or after from (Collect deletes a stream's
-// objects from its start), and from there every sequence up to until must hold an
-// object. With until = NoFence it reads up to the first sequence that holds
-// nothing, and stops at a fence. A reader of one shard fetches each object's
-// trailer and index and then its own section only.
-func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, error) {
-	start, ok, err := firstStored(ctx, b, instance, incarnation, from)
-	if err != nil {
-		return nil, fmt.Errorf("tail: read %s: %w", streamPrefix(instance, incarnation), err)
-	}
-	if !ok {
-		return nil, nil // collected, to the end
-	}
-	var out []Shipped
-	for seq := start; until == NoFence || seq < until; seq++ {
-		key := Key(instance, incarnation, seq)
-		a, err := b.Attributes(ctx, key)
-		if errors.Is(err, substrate.ErrNotFound) && until == NoFence {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("tail: read %s: %w", key, err)
-		}
-		r := &objectReader{ctx: ctx, b: b, key: key}
-		ix, err := ReadIndex(r, a.Size)
-		if errors.Is(err, ErrFence) && until == NoFence {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("tail: read %s: %w", key, err)
-		}
-		if ix.Sequence != seq || ix.Incarnation != incarnation {
-			return nil, fmt.Errorf("tail: read %s: %w", key, corrupt(a.Size, "the index names sequence %d of incarnation %d", ix.Sequence, ix.Incarnation))
-		}
-		e, ok := ix.Find(shard)
-		if !ok {
-			continue
-		}
-		recs, err := ReadSection(r, e)
-		if err != nil {
-			return nil, fmt.Errorf("tail: read %s: %w", key, err)
-		}
-		out = append(out, Shipped{Sequence: seq, Section: Section{Shard: shard, Epoch: e.Epoch, First: e.First, Records: recs}})
-	}
-	return out, nil
-}
-
-// NoFence is ReadShard's until for a stream read to its end.
-const NoFence = ^uint64(0)
-
 // objectReader reads an object of a bucket by ranges.
 type objectReader struct {
 	ctx context.Context
