@@ -35,7 +35,9 @@ func (e *Engine) collectTail() {
 // shard needs (see tail.Collect). A section is needed while the shard's manifest
 // points at it — its stream, at or past the pointer, before the recorded end — and
 // it is of the manifest's epoch and not sealed; or while it is of a later epoch than
-// the manifest's (a takeover that shipped its backlog and has not published yet).
+// the manifest's (a takeover that shipped its backlog and has not published yet),
+// or of a shard this engine owns, in its live stream, not sealed (a move to a new
+// incarnation that has not pointed the manifest there yet).
 // It returns how many objects it deleted.
 func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 	spec, _ := e.set.Get(e.tail.replica)
@@ -79,6 +81,11 @@ func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 				return true, err
 			}
 			if s.Epoch > m.Epoch {
+				return true, nil
+			}
+			// A shard of this engine's moving to its live stream (after a fence)
+			// has shipped its backlog there before its manifest points there.
+			if o, ok := owners[s.Shard]; ok && inc == live && s.Epoch == o.Epoch() && s.Next > o.Sealed() {
 				return true, nil
 			}
 			t := m.Tail

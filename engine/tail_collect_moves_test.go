@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
+)
+
+// fastCollect makes an engine collect its tail every 10 ms, objects 1 ms old.
+func fastCollect(o Options) Options {
+	o.Tail.CollectEvery, o.Tail.CollectAfter = 10*time.Millisecond, time.Millisecond
+	o.Tail.Interval = 5 * time.Millisecond
+	return o
+}
+
+// streamKeys lists the data objects (not fences) of instance's incarnation inc.
+func streamKeys(t *testing.T, b *substrate.Bucket, instance string, inc uint64) []string {
+	t.Helper()
+	data, _ := tailObjects(t, b)
+	prefix := fmt.Sprintf("tail/%s/%020d/", instance, inc)
+	var out []string
+	for _, k := range data {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation: machine B,
+// whose clock says A's lease on x ran out, takes x over and fences A's tail
+// stream. A's next append to y meets the fence: A starts incarnation 2, and
+// moveShard reships y's backlog (its unsealed, acknowledged records) into
+// object 0 of the new stream under y's CURRENT epoch, then points y's manifest
+// there (PointTail), holding y's acknowledgements meanwhile. PointTail is slow
+// (a slow manifest write). Meanwhile an append to y, held at the gate, is
+// shipped as object 1. A's collector looks at incarnation 2: y's manifest still
+// points at incarnation 1, so needed() calls y's backlog section "superseded"
+// (t.Incarnation != inc) even though it is of the manifest's epoch and unsealed,
+// and the object is not the stream's last one: it deletes object 0. PointTail
+// then lands with From 0, the held append is acknowledged, and y retires with
+// its backlog in incarnation 2 [0, until). The next owner reads from the first
+// object still there (1) and finds y's records from the held append's offset,
+// the backlog gone.
+//
+// Expected: B opens y and reads every record A acknowledged at its offset.
+// Observed: B's open fails with ErrTailMissing: collection deleted the only
+// copy on the object store of y's acknowledged backlog.
+func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T) {
+	ctx := context.Background()
+	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA = fastCollect(optsA)
+	clkA, clkB := testclock.New(), testclock.New()
+	optsA.Now, optsB.Now = clkA.Now, clkB.Now
+	clkB.Advance(time.Minute) // past A's 30 s lease and its skew margin
+	eA, eB := open(t, optsA), open(t, optsB)
+	x, y := openShard(t, eA, "x"), openShard(t, eA, "y")
+	var want [][]byte
+	for i := range 3 {
+		rs := recs(fmt.Sprintf("y%d", i), 4)
+		if _, err := y.Append(ctx, rs...); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, rs...)
+	}
+	if _, err := x.Append(ctx, recs("x", 4)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Seal(ctx, 1<<20); err != nil { // x has no backlog to move
+		t.Fatal(err)
+	}
+	old := eA.tail.cur.Load()
+	if _, err := eB.OpenShard(ctx, "x"); err != nil { // fences A's stream
+		t.Fatal(err)
+	}
+
+	// y's manifest writes by A are slow: the move's PointTail takes a while.
+	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Key: "^shards/y/manifest$", Latency: 400 * time.Millisecond})
+	if _, err := y.Append(ctx, []byte("meets the fence")); !errors.Is(err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("the append that met the fence: %v, want ErrOutcomeUnknown", err)
+	}
+	waitFor(t, 2*time.Second, "A's new incarnation", func() bool { return eA.tail.cur.Load() != old })
+	cur := eA.tail.cur.Load()
+	waitFor(t, 2*time.Second, "y's backlog in the new stream", func() bool {
+		return len(streamKeys(t, optsA.Bucket, eA.Instance(), cur.incarnation)) > 0
+	})
+	t.Logf("incarnation %d holds %q before the held append", cur.incarnation, streamKeys(t, optsA.Bucket, eA.Instance(), cur.incarnation))
+	held := recs("held", 4)
+	off, err := y.Append(ctx, held...) // held at the gate until PointTail lands
+	if err != nil {
+		t.Fatalf("the append held while y moved: %v", err)
+	}
+	fa.SetRules()
+	t.Logf("incarnation %d holds %q after the move", cur.incarnation, streamKeys(t, optsA.Bucket, eA.Instance(), cur.incarnation))
+	if err := y.Retire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := manifest.NewStore(optsB.Bucket).Load(ctx, "y"); err == nil {
+		t.Logf("y's manifest: sealed %d epoch %d tail %+v", m.Sealed, m.Epoch, *m.Tail)
+	}
+	shB, err := eB.OpenShard(ctx, "y")
+	if err != nil {
+		t.Fatalf("B cannot take over y, whose %d records A acknowledged: %v", len(want), err)
+	}
+	if got := readAll(t, shB, 0); !holds(got, 0, want) || !holds(got, off, held) {
+		t.Fatalf("B opened y with %q; A acknowledged %q at 0 and %q at %d", got, want, held, off)
+	}
+}
+
+// TestARetireRightAfterASealAdvancedTheTailPointerKeepsEveryRecord: A appends to
+// y, seals (the commit advances the tail pointer's From past the sealed pages),
+// appends again and retires at once, while its collector runs every 10 ms on
+// objects 1 ms old; B opens y and must read every acknowledged record. Held.
+func TestARetireRightAfterASealAdvancedTheTailPointerKeepsEveryRecord(t *testing.T) {
+	ctx := context.Background()
+	optsA, optsB, _, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	eA, eB := open(t, fastCollect(optsA)), open(t, optsB)
+	y := openShard(t, eA, "y")
+	want := appendBatches(t, y, 3)
+	if _, err := y.Seal(ctx, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, appendBatches(t, y, 2)...)
+	time.Sleep(30 * time.Millisecond) // collection passes over the sealed objects
+	if err := y.Retire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shB, err := eB.OpenShard(ctx, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, shB, 0); !equal(got, want) {
+		t.Fatalf("B opened y with %q; A acknowledged %q", got, want)
+	}
+}
