@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"google.golang.org/api/option"
+
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
+	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
 	"github.com/l0store/l0/substrate/substratetest"
 	"github.com/l0store/l0/wal"
@@ -42,27 +45,58 @@ func stopGCS() {
 type backend struct {
 	name      string
 	newDriver func(t *testing.T) substrate.Driver
+	// newPair returns two drivers of one new bucket, each with a client of its
+	// own, as two machines have.
+	newPair func(t *testing.T) (substrate.Driver, substrate.Driver)
 }
 
 var backends = []backend{
 	{"local", func(t *testing.T) substrate.Driver {
-		d, err := local.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, _ := localPair(t)
 		return d
-	}},
+	}, localPair},
 	{"gcs", func(t *testing.T) substrate.Driver {
-		gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSInProcess() })
-		if gcsErr != nil {
-			t.Fatal(gcsErr)
-		}
-		d, err := gcsServer.NewDriver(context.Background(), fmt.Sprintf("l0-engine-%d", gcsNames.Add(1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}},
+		return gcsDriver(t, fmt.Sprintf("l0-engine-%d", gcsNames.Add(1)))
+	}, gcsPair},
+}
+
+func localPair(t *testing.T) (substrate.Driver, substrate.Driver) {
+	dir := t.TempDir()
+	a, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// gcsDriver creates bucket name on the in-process emulator, and a client of it.
+func gcsDriver(t *testing.T, name string) substrate.Driver {
+	gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSInProcess() })
+	if gcsErr != nil {
+		t.Fatal(gcsErr)
+	}
+	d, err := gcsServer.NewDriver(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// gcsPair is gcsDriver and a second client of the same bucket; the caller wraps
+// both in buckets, which close them.
+func gcsPair(t *testing.T) (substrate.Driver, substrate.Driver) {
+	name := fmt.Sprintf("l0-engine-%d", gcsNames.Add(1))
+	a := gcsDriver(t, name)
+	b, err := gcs.Open(context.Background(), gcs.Config{Bucket: name, Endpoint: gcsServer.Endpoint,
+		ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
 
 // forEachBackend runs f once per backend.

@@ -20,9 +20,10 @@ import (
 
 // tailPuts counts the put-if-absent calls on tail objects over window while
 // appenders goroutines append to shards shards, round robin, as fast as they can.
-func tailPuts(t *testing.T, shards, appenders int, window time.Duration) (puts uint64, appends int) {
+func tailPuts(t *testing.T, be backend, shards, appenders int, window time.Duration) (puts uint64, appends int) {
 	t.Helper()
-	e := open(t, Options{Dir: t.TempDir(), Seal: quietSealOptions()})
+	bucket, _ := newBucket(t, be)
+	e := open(t, Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()})
 	opened := make([]*shard.Shard, shards)
 	for i := range opened {
 		opened[i] = openShard(t, e, fmt.Sprintf("s-%03d", i))
@@ -56,38 +57,42 @@ func tailPuts(t *testing.T, shards, appenders int, window time.Duration) (puts u
 // shard's pages in one object per flush interval, so its puts do not grow with the
 // number of shards: one busy shard and 256 busy shards cost the same puts.
 func TestOneTailObjectPerFlushWhateverTheNumberOfShards(t *testing.T) {
-	const window = 2 * time.Second
-	one, n1 := tailPuts(t, 1, 256, window)
-	many, n256 := tailPuts(t, 256, 256, window)
-	t.Logf("tail puts over %s: %d with 1 busy shard (%d appends), %d with 256 (%d appends)", window, one, n1, many, n256)
-	if one == 0 || many == 0 {
-		t.Fatal("no tail puts")
-	}
-	if lo, hi := min(one, many), max(one, many); float64(hi-lo) > 0.2*float64(lo) {
-		t.Fatalf("%d tail puts with 1 shard, %d with 256: more than 20%% apart", one, many)
-	}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		const window = 2 * time.Second
+		one, n1 := tailPuts(t, be, 1, 256, window)
+		many, n256 := tailPuts(t, be, 256, 256, window)
+		t.Logf("tail puts over %s: %d with 1 busy shard (%d appends), %d with 256 (%d appends)", window, one, n1, many, n256)
+		if one == 0 || many == 0 {
+			t.Fatal("no tail puts")
+		}
+		if lo, hi := min(one, many), max(one, many); float64(hi-lo) > 0.2*float64(lo) {
+			t.Fatalf("%d tail puts with 1 shard, %d with 256: more than 20%% apart", one, many)
+		}
+	})
 }
 
 // TestAnIdleEngineWritesNoTailObjects: once every page is shipped, an engine with
 // shards open and nothing to append puts no tail object.
 func TestAnIdleEngineWritesNoTailObjects(t *testing.T) {
-	e := open(t, Options{Dir: t.TempDir(), Seal: quietSealOptions()})
-	bucket := e.set.Authority().Bucket
-	for i := range 20 {
-		sh := openShard(t, e, fmt.Sprintf("s-%03d", i))
-		if _, err := sh.Append(context.Background(), []byte("one")); err != nil {
-			t.Fatal(err)
+	forEachBackend(t, func(t *testing.T, be backend) {
+		bucket, _ := newBucket(t, be)
+		e := open(t, Options{Dir: t.TempDir(), Bucket: bucket, Seal: quietSealOptions()})
+		for i := range 20 {
+			sh := openShard(t, e, fmt.Sprintf("s-%03d", i))
+			if _, err := sh.Append(context.Background(), []byte("one")); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	puts := func() uint64 { return bucket.Stats().Total(substrate.OpPutIfAbsent) }
-	before, shipped := puts(), e.Metrics().TailPuts
-	time.Sleep(time.Second) // twenty flush intervals
-	if n := puts() - before; n != 0 {
-		t.Fatalf("an idle engine made %d puts in a second", n)
-	}
-	if n := e.Metrics().TailPuts - shipped; n != 0 {
-		t.Fatalf("an idle engine shipped %d tail objects in a second", n)
-	}
+		puts := func() uint64 { return bucket.Stats().Total(substrate.OpPutIfAbsent) }
+		before, shipped := puts(), e.Metrics().TailPuts
+		time.Sleep(time.Second) // twenty flush intervals
+		if n := puts() - before; n != 0 {
+			t.Fatalf("an idle engine made %d puts in a second", n)
+		}
+		if n := e.Metrics().TailPuts - shipped; n != 0 {
+			t.Fatalf("an idle engine shipped %d tail objects in a second", n)
+		}
+	})
 }
 
 // tailObjects lists the data objects and the fences under tail/ on b.
@@ -117,49 +122,51 @@ func collecting(b *substrate.Bucket) Options {
 // still moves to machine B with every record. Once the move seals b too, A's stream
 // is collected down to its last object (a live stream keeps it).
 func TestTailObjectsAreCollectedOnceSealed(t *testing.T) {
-	ctx := context.Background()
-	drv := mem.New()
-	bucket := substratetest.NewBucket(t, "m", drv)
-	optsA := collecting(bucket)
-	optsA.Dir = t.TempDir()
-	eA := open(t, optsA)
-	a, b := openShard(t, eA, "a"), openShard(t, eA, "b")
-	wantB := appendBatches(t, b, 3)
-	appendBatches(t, a, 10)
-	if _, err := a.Seal(ctx, 1<<40); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // many collection passes
-	data, _ := tailObjects(t, bucket)
-	if len(data) < 10 {
-		t.Fatalf("%d tail objects left while b's first records are unsealed, want them all (13 flushes)", len(data))
-	}
-	if err := b.Retire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	optsB := collecting(substratetest.NewBucket(t, "m", drv))
-	optsB.Dir = t.TempDir()
-	eB := open(t, optsB)
-	bB := openShard(t, eB, "b")
-	if got := readAll(t, bB, 0); !equal(got, wantB) {
-		t.Fatalf("b read back %q on machine B after collection passes, want %q", got, wantB)
-	}
-	waitFor(t, 5*time.Second, "b's backlog sealed on B", func() bool { return bB.Info().Sealed == uint64(len(wantB)) })
-	waitFor(t, 5*time.Second, "A's stream collected to its last object", func() bool {
-		var left int
-		for e, err := range bucket.ListAll(ctx, "tail/"+eA.Instance()+"/") {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e.Size > 0 {
-				left++
-			}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		drvA, drvB := be.newPair(t)
+		bucket := substratetest.NewBucket(t, "m", drvA)
+		optsA := collecting(bucket)
+		optsA.Dir = t.TempDir()
+		eA := open(t, optsA)
+		a, b := openShard(t, eA, "a"), openShard(t, eA, "b")
+		wantB := appendBatches(t, b, 3)
+		appendBatches(t, a, 10)
+		if _, err := a.Seal(ctx, 1<<40); err != nil {
+			t.Fatal(err)
 		}
-		return left == 1
+		time.Sleep(300 * time.Millisecond) // many collection passes
+		data, _ := tailObjects(t, bucket)
+		if len(data) < 10 {
+			t.Fatalf("%d tail objects left while b's first records are unsealed, want them all (13 flushes)", len(data))
+		}
+		if err := b.Retire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		optsB := collecting(substratetest.NewBucket(t, "m", drvB))
+		optsB.Dir = t.TempDir()
+		eB := open(t, optsB)
+		bB := openShard(t, eB, "b")
+		if got := readAll(t, bB, 0); !equal(got, wantB) {
+			t.Fatalf("b read back %q on machine B after collection passes, want %q", got, wantB)
+		}
+		waitFor(t, 5*time.Second, "b's backlog sealed on B", func() bool { return bB.Info().Sealed == uint64(len(wantB)) })
+		waitFor(t, 5*time.Second, "A's stream collected to its last object", func() bool {
+			var left int
+			for e, err := range bucket.ListAll(ctx, "tail/"+eA.Instance()+"/") {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Size > 0 {
+					left++
+				}
+			}
+			return left == 1
+		})
+		if n := eA.Metrics().TailObjectsCollected; n < 10 {
+			t.Fatalf("A counted %d objects collected", n)
+		}
 	})
-	if n := eA.Metrics().TailObjectsCollected; n < 10 {
-		t.Fatalf("A counted %d objects collected", n)
-	}
 }
 
 // TestAFenceIsNeverCollected: B takes shard s over from A after A's lease ran out
@@ -167,77 +174,81 @@ func TestTailObjectsAreCollectedOnceSealed(t *testing.T) {
 // an append to another shard and moves to a new incarnation. A's collection then
 // deletes the fenced stream's objects, all superseded, but never its fence.
 func TestAFenceIsNeverCollected(t *testing.T) {
-	ctx := context.Background()
-	drv := mem.New()
-	clkA, clkB := testclock.New(), testclock.New()
-	optsA := collecting(substratetest.NewBucket(t, "m", drv))
-	// A learns at its next renewal that it was fenced; until then its own view of
-	// the manifest keeps its objects.
-	optsA.Dir, optsA.Now, optsA.RenewEvery = t.TempDir(), clkA.Now, 100*time.Millisecond
-	optsB := collecting(substratetest.NewBucket(t, "m", drv))
-	optsB.Dir, optsB.Now = t.TempDir(), clkB.Now
-	eA, eB := open(t, optsA), open(t, optsB)
-	want := appendBatches(t, openShard(t, eA, "s"), 5)
-	other := openShard(t, eA, "other")
-	clkB.Advance(eB.opts.Lease.Duration + eB.opts.Lease.SkewMargin + time.Second)
-	sB := openShard(t, eB, "s")
-	waitFor(t, 5*time.Second, "the backlog sealed on B", func() bool { return sB.Info().Sealed == uint64(len(want)) })
-	if err := sB.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "A's other shard carrying on in a new incarnation", func() bool {
-		_, err := other.Append(ctx, []byte("after the fence"))
-		return err == nil
-	})
-	fenced := fmt.Sprintf("tail/%s/%020d/", eA.Instance(), 1)
-	waitFor(t, 5*time.Second, "A's fenced stream collected", func() bool {
-		data, _ := tailObjects(t, eA.set.Authority().Bucket)
-		for _, k := range data {
-			if strings.HasPrefix(k, fenced) {
-				return false
-			}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		drvA, drvB := be.newPair(t)
+		clkA, clkB := testclock.New(), testclock.New()
+		optsA := collecting(substratetest.NewBucket(t, "m", drvA))
+		// A learns at its next renewal that it was fenced; until then its own view of
+		// the manifest keeps its objects.
+		optsA.Dir, optsA.Now, optsA.RenewEvery = t.TempDir(), clkA.Now, 100*time.Millisecond
+		optsB := collecting(substratetest.NewBucket(t, "m", drvB))
+		optsB.Dir, optsB.Now = t.TempDir(), clkB.Now
+		eA, eB := open(t, optsA), open(t, optsB)
+		want := appendBatches(t, openShard(t, eA, "s"), 5)
+		other := openShard(t, eA, "other")
+		clkB.Advance(eB.opts.Lease.Duration + eB.opts.Lease.SkewMargin + time.Second)
+		sB := openShard(t, eB, "s")
+		waitFor(t, 5*time.Second, "the backlog sealed on B", func() bool { return sB.Info().Sealed == uint64(len(want)) })
+		if err := sB.Close(ctx); err != nil {
+			t.Fatal(err)
 		}
-		return true
+		waitFor(t, 5*time.Second, "A's other shard carrying on in a new incarnation", func() bool {
+			_, err := other.Append(ctx, []byte("after the fence"))
+			return err == nil
+		})
+		fenced := fmt.Sprintf("tail/%s/%020d/", eA.Instance(), 1)
+		waitFor(t, 5*time.Second, "A's fenced stream collected", func() bool {
+			data, _ := tailObjects(t, eA.set.Authority().Bucket)
+			for _, k := range data {
+				if strings.HasPrefix(k, fenced) {
+					return false
+				}
+			}
+			return true
+		})
+		time.Sleep(200 * time.Millisecond) // more passes
+		_, fences := tailObjects(t, eA.set.Authority().Bucket)
+		if !slices.ContainsFunc(fences, func(k string) bool { return strings.HasPrefix(k, fenced) }) {
+			t.Fatalf("the fence on %s was collected: fences left %q", fenced, fences)
+		}
 	})
-	time.Sleep(200 * time.Millisecond) // more passes
-	_, fences := tailObjects(t, eA.set.Authority().Bucket)
-	if !slices.ContainsFunc(fences, func(k string) bool { return strings.HasPrefix(k, fenced) }) {
-		t.Fatalf("the fence on %s was collected: fences left %q", fenced, fences)
-	}
 }
 
 // TestASealAdvancesTheTailPointer: a seal commit moves the shard's tail pointer
 // past the objects that hold only sealed records, so a takeover reads from there;
 // the records past the seal still move with the shard.
 func TestASealAdvancesTheTailPointer(t *testing.T) {
-	ctx := context.Background()
-	drv := mem.New()
-	e := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drv), Seal: quietSealOptions()})
-	sh := openShard(t, e, "s")
-	appendBatches(t, sh, 10)
-	from := sh.Manifest().Tail.From
-	if _, err := sh.Seal(ctx, 1<<40); err != nil {
-		t.Fatal(err)
-	}
-	after := sh.Manifest().Tail.From
-	if after < from+10 {
-		t.Fatalf("tail pointer at %d after sealing 10 flushes' records, %d before", after, from)
-	}
-	var want [][]byte
-	for rec, err := range sh.Read(ctx, 0) {
-		if err != nil {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		drvA, drvB := be.newPair(t)
+		e := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drvA), Seal: quietSealOptions()})
+		sh := openShard(t, e, "s")
+		appendBatches(t, sh, 10)
+		from := sh.Manifest().Tail.From
+		if _, err := sh.Seal(ctx, 1<<40); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, rec.Value)
-	}
-	want = append(want, appendBatches(t, sh, 2)...)
-	if err := sh.Retire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eB := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drv), Seal: quietSealOptions()})
-	if got := readAll(t, openShard(t, eB, "s"), 0); !equal(got, want) {
-		t.Fatalf("after the move: %d records, want %d", len(got), len(want))
-	}
+		after := sh.Manifest().Tail.From
+		if after < from+10 {
+			t.Fatalf("tail pointer at %d after sealing 10 flushes' records, %d before", after, from)
+		}
+		var want [][]byte
+		for rec, err := range sh.Read(ctx, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, rec.Value)
+		}
+		want = append(want, appendBatches(t, sh, 2)...)
+		if err := sh.Retire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eB := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "m", drvB), Seal: quietSealOptions()})
+		if got := readAll(t, openShard(t, eB, "s"), 0); !equal(got, want) {
+			t.Fatalf("after the move: %d records, want %d", len(got), len(want))
+		}
+	})
 }
 
 // TestAReopenWithAnOlderIncarnationFileStartsAFreshStream: a Dir whose

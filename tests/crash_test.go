@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"google.golang.org/api/option"
+
 	"bufio"
 	"context"
 	"encoding/binary"
@@ -21,6 +23,7 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/local"
 )
 
@@ -32,6 +35,7 @@ const (
 	envCrashBucket     = "L0_CRASH_BUCKET"
 	envCrashLocal      = "L0_CRASH_LOCAL"
 	envCrashShortLease = "L0_CRASH_SHORT_LEASE"
+	envCrashGCS        = "L0_CRASH_GCS" // endpoint|bucket
 	crashShards        = 4
 	crashWriters       = 3 // per shard
 )
@@ -237,16 +241,7 @@ func parseRecord(t *testing.T, r []byte) (string, uint64) {
 // each writer's sequence restarts at 0 in every generation.
 func crashChild(dir string) {
 	ctx := context.Background()
-	bucketDir := filepath.Join(dir, "bucket")
-	if d := os.Getenv(envCrashBucket); d != "" {
-		bucketDir = d
-	}
-	d, err := local.New(bucketDir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: bucket:", err)
-		os.Exit(2)
-	}
-	bucket, err := substrate.New(d, substrate.Options{Name: "local"})
+	bucket, err := childBucket(ctx, dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: bucket:", err)
 		os.Exit(2)
@@ -318,6 +313,28 @@ func crashChild(dir string) {
 		}
 	}
 	wg.Wait()
+}
+
+// childBucket is the crash child's bucket: a GCS bucket (endpoint|name in
+// envCrashGCS), a local directory named by envCrashBucket, or the one in its Dir.
+func childBucket(ctx context.Context, dir string) (*substrate.Bucket, error) {
+	if spec := os.Getenv(envCrashGCS); spec != "" {
+		endpoint, name, _ := strings.Cut(spec, "|")
+		d, err := gcs.Open(ctx, gcs.Config{Bucket: name, Endpoint: endpoint, ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+		if err != nil {
+			return nil, err
+		}
+		return substrate.New(d, substrate.Options{Name: "shared"})
+	}
+	bucketDir := filepath.Join(dir, "bucket")
+	if d := os.Getenv(envCrashBucket); d != "" {
+		bucketDir = d
+	}
+	d, err := local.New(bucketDir)
+	if err != nil {
+		return nil, err
+	}
+	return substrate.New(d, substrate.Options{Name: "local"})
 }
 
 // localBucket is the bucket of an engine directory in these tests: a local-directory

@@ -210,14 +210,51 @@ func TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine(t *testing
 		crashChild(dir)
 		return
 	}
-	killAndMove(t, "TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine", nil)
+	const test = "TestAKilledOwnersAcknowledgedRecordsAreRecoveredOnAnotherMachine"
+	t.Run("local", func(t *testing.T) {
+		shared := t.TempDir()
+		killAndMove(t, test, []string{envCrashBucket + "=" + filepath.Join(shared, "bucket")},
+			func(t *testing.T) *substrate.Bucket {
+				b, err := localBucket(shared) // the child's, through a client of this machine's own
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			})
+	})
+	t.Run("gcs", func(t *testing.T) {
+		srv, err := emulator.StartGCSProcess()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		name := fmt.Sprintf("l0-kill-%d", time.Now().UnixNano())
+		first, err := srv.NewDriver(t.Context(), name) // creates the bucket
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Close()
+		killAndMove(t, test, []string{envCrashGCS + "=" + srv.Endpoint + "|" + name},
+			func(t *testing.T) *substrate.Bucket {
+				d, err := gcs.Open(t.Context(), gcs.Config{Bucket: name, Endpoint: srv.Endpoint, ClientOptions: []option.ClientOption{option.WithoutAuthentication()}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := substrate.New(d, substrate.Options{Name: "shared"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			})
+	})
 }
 
-// killAndMove runs the kill points of a child on Dir A whose shards machine B
-// takes over, with env added to the child's.
-func killAndMove(t *testing.T, test string, env []string) {
-	dirA, dirB, shared := t.TempDir(), t.TempDir(), t.TempDir()
-	env = append(env, envCrashBucket+"="+filepath.Join(shared, "bucket"), envCrashShortLease+"=1")
+// killAndMove runs the kill points of a child on Dir A whose shards machine B, on
+// a client of its own from client, takes over; env (which names the child's
+// bucket) is added to the child's.
+func killAndMove(t *testing.T, test string, env []string, client func(t *testing.T) *substrate.Bucket) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	env = append(env, envCrashShortLease+"=1")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	acked := map[string][]batch{}
 	parts := 0
@@ -226,10 +263,7 @@ func killAndMove(t *testing.T, test string, env []string) {
 		for _, b := range runAndKill(t, test, dirA, env, kill, delay) {
 			acked[b.shard] = append(acked[b.shard], b)
 		}
-		b, err := localBucket(shared) // the child's, through a client of this machine's own
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := client(t)
 		verify(t, engine.Options{Dir: dirB, Bucket: b, Lease: shortLease, RenewEvery: shortRenew}, acked, kill, &parts, true)
 		b.Close()
 	}
