@@ -169,8 +169,8 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 		return err
 	}
 
-	fmt.Fprintf(out, "latency · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (median of %d closed-loop runs in steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level, highest first, after a warm-up at the highest\n",
-		p.recordSize, p.batch, p.appenders, shards, saturation, saturationRuns, rounds, cfg.latencyWindow)
+	fmt.Fprintf(out, "latency · l0 in %s mode (-durability) · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (median of %d closed-loop runs in steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level, highest first, after a warm-up at the highest\n",
+		durability, p.recordSize, p.batch, p.appenders, shards, saturation, saturationRuns, rounds, cfg.latencyWindow)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 seals\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
 	unsealed := false
@@ -201,7 +201,7 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 	return emit(results, resultLine{
 		Scenario: "latency",
 		Params: map[string]any{"shards": shards, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch,
-			"rounds": rounds, "level_window_s": cfg.latencyWindow.Seconds(), "svg": svgPath},
+			"rounds": rounds, "level_window_s": cfg.latencyWindow.Seconds(), "svg": svgPath, "durability": durability.String()},
 		Figures:   map[string]any{"saturation_mb_per_s": saturation, "levels": l0Levels},
 		Baselines: map[string]any{bestRaw: map[string]any{"levels": rawLevels}},
 		Ratios:    ratios,
