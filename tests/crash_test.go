@@ -272,10 +272,15 @@ func crashChild(dir string) {
 	}
 	report("ready\n")
 	if opts.Durability == engine.Local {
-		// What a machine loss would lose, reported between the acknowledgements.
+		// What a machine loss would lose, reported between the acknowledgements:
+		// read under the lock the acknowledgements are printed under, so that an
+		// append acknowledged after the reading is printed after it.
 		go func() {
 			for range time.Tick(2 * time.Millisecond) {
-				report(fmt.Sprintf("window %d\n", e.Metrics().TailUnshippedBytes))
+				mu.Lock()
+				fmt.Fprintf(w, "window %d\n", e.Metrics().TailUnshippedBytes)
+				w.Flush()
+				mu.Unlock()
 			}
 		}()
 	}
