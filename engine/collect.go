@@ -42,7 +42,7 @@ func (e *Engine) collectTail() {
 func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 	spec, _ := e.set.Get(e.tail.replica)
 	b := spec.Bucket
-	incs, err := tail.Streams(ctx, b, e.opts.Instance)
+	streams, err := tail.Streams(ctx, b, e.opts.Instance)
 	if err != nil {
 		return 0, err
 	}
@@ -74,7 +74,8 @@ func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 	live := e.tail.cur.Load().incarnation
 	total := 0
 	var errs []error
-	for _, inc := range incs {
+	for _, st := range streams {
+		inc := st.Incarnation
 		needed := func(seq uint64, s tail.Entry) (bool, error) {
 			m, err := manifestOf(s.Shard)
 			if err != nil {
@@ -94,7 +95,7 @@ func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 			}
 			return s.Epoch == m.Epoch && s.Next > m.Sealed, nil
 		}
-		n, err := tail.Collect(ctx, b, e.opts.Instance, inc, inc == live, old, needed)
+		n, err := tail.Collect(ctx, b, st, inc == live, old, needed)
 		total += n
 		e.metrics.collected.Add(float64(n))
 		if err != nil {

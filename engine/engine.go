@@ -276,7 +276,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		if err := e.releaseOwner(ctx, id, owner); err != nil {
+		if err := shard.ReleaseLeaving(ctx, e.log, owner, id); err != nil {
 			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
 		}
 		return nil, ErrClosed
@@ -308,7 +308,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	// A fence met while the takeover ran started a new tail incarnation that may
 	// not have seen this shard: move it now, before its first append. (If both
 	// move it, the second finds it moved.)
-	if cur := e.tail.cur.Load(); owner.Manifest().Tail == nil || owner.Manifest().Tail.Incarnation != cur.incarnation {
+	if cur, t := e.tail.cur.Load(), owner.Manifest().Tail; t == nil || t.Incarnation != cur.incarnation {
 		if err := e.moveShard(ctx, id, owner, cur); err != nil {
 			sh.Retire(ctx) // closes it; the lease runs out, or was another's already
 			return nil, fmt.Errorf("engine: open shard %q: %w", id, err)
@@ -323,20 +323,6 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		e.warnIfUnderReplicated(id, owner)
 	}
 	return sh, nil
-}
-
-// releaseOwner gives back the lease of shard id that a takeover just took, saying
-// whether records past the sealed watermark stay in this WAL and where they end in
-// the tail.
-func (e *Engine) releaseOwner(ctx context.Context, id string, o *manifest.Owner) error {
-	if e.log.Info(id).Pages == 0 {
-		return o.Release(ctx)
-	}
-	inc, until, err := e.log.WaitShipped(ctx, id)
-	if err != nil {
-		return err // the lease runs out: the next owner fences the tail
-	}
-	return o.ReleaseWithBacklog(ctx, inc, until)
 }
 
 // forget drops a closed shard, so it can be opened again.

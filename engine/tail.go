@@ -61,10 +61,10 @@ func (e *Engine) newTailStream() (*tailStream, error) {
 	ctx, cancel := context.WithTimeout(e.closing, min(e.opts.Lease.Duration, 5*time.Second))
 	defer cancel()
 	var listed uint64
-	if incs, err := tail.Streams(ctx, spec.Bucket, e.opts.Instance); err != nil {
+	if streams, err := tail.Streams(ctx, spec.Bucket, e.opts.Instance); err != nil {
 		e.opts.Logger.Warn("engine: the tail streams could not be listed; the incarnation is the Dir's", "err", err)
-	} else if len(incs) > 0 {
-		listed = incs[len(incs)-1]
+	} else if len(streams) > 0 {
+		listed = streams[len(streams)-1].Incarnation
 	}
 	inc, err := nextIncarnation(e.opts.Dir, listed)
 	if err != nil {
@@ -118,7 +118,7 @@ func (e *Engine) reincarnate(old *tailStream) error {
 	e.tail.retired = addStats(e.tail.retired, old.flusher.Stats())
 	e.tail.cur.Store(s)
 	e.tail.mu.Unlock()
-	e.log.ShipTo(s.flusher, wal.ShipOptions{})
+	e.log.ShipNewShardsTo(s.flusher)
 	e.opts.Logger.Warn("engine: the tail was fenced by a takeover; carrying on in a new incarnation",
 		"old", old.incarnation, "new", s.incarnation)
 	owners, _ := e.owners()
@@ -136,13 +136,10 @@ func (e *Engine) reincarnate(old *tailStream) error {
 // appends fail from then on (its acknowledged records are all in the stream it
 // was on, which the manifest still names) until it is closed and opened again.
 func (e *Engine) moveShard(ctx context.Context, id string, o *manifest.Owner, s *tailStream) error {
-	ptr := manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: s.incarnation, From: s.flusher.Next()}
-	last, err := e.log.Reship(id, o.Epoch(), o.Sealed(), s.flusher, true)
-	if err == nil && last != nil {
-		err = last.Wait(ctx)
-	}
+	ptr := e.tailPointer(s)
+	err := e.shipBacklog(ctx, s, id, o.Epoch(), o.Sealed(), true)
 	if err == nil {
-		err = o.PointTail(ctx, ptr)
+		err = o.PointTail(ctx, *ptr)
 	}
 	if err != nil {
 		err = fmt.Errorf("engine: shard %q: move to tail incarnation %d: %w", id, s.incarnation, err)
@@ -241,11 +238,12 @@ func (e *Engine) readTail(ctx context.Context, prev manifest.Manifest) (recs [][
 	return recs, fenced, nil
 }
 
-// shipBacklog gives the tail stream s the shard's pages from sealed on, under the
-// owner epoch about to be taken, and waits until they are shipped: the stream the
-// takeover points the manifest at must hold everything past the sealed watermark.
-func (e *Engine) shipBacklog(ctx context.Context, s *tailStream, id string, epoch, sealed uint64) error {
-	last, err := e.log.Reship(id, epoch, sealed, s.flusher, false)
+// shipBacklog gives the tail stream s the shard's pages from sealed on, under
+// epoch, and waits until they are shipped: the stream a manifest is pointed at
+// must hold everything past the sealed watermark. With hold, the shard's new
+// appends are not acknowledged until the caller resumes it (see wal.Log.Reship).
+func (e *Engine) shipBacklog(ctx context.Context, s *tailStream, id string, epoch, sealed uint64, hold bool) error {
+	last, err := e.log.Reship(id, epoch, sealed, s.flusher, hold)
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, lease manifest.Lea
 	}
 	stream := e.tail.cur.Load()
 	ptr := e.tailPointer(stream)
-	if err := e.shipBacklog(ctx, stream, id, epoch, prev.Sealed); err != nil {
+	if err := e.shipBacklog(ctx, stream, id, epoch, prev.Sealed, false); err != nil {
 		return nil, err
 	}
 	return manifest.Take(ctx, e.store, c, e.opts.Instance, lease, ptr)

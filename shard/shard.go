@@ -246,17 +246,23 @@ func (s *Shard) Retire(ctx context.Context) error {
 	if s.doubts.Len() > 0 && s.job().Settle(ctx) == nil {
 		s.waitUploads(ctx)
 	}
-	release := s.cfg.Owner.Release
-	if s.cfg.Log.Info(s.id).Pages > 0 {
-		inc, until, err := s.cfg.Log.WaitShipped(ctx, s.id)
-		if err != nil {
-			return fmt.Errorf("shard %q: retire: the tail was not shipped, so the lease is kept: %w", s.id, err)
-		}
-		// The next owner must know there is a backlog, and where its tail ends.
-		release = func(ctx context.Context) error { return s.cfg.Owner.ReleaseWithBacklog(ctx, inc, until) }
-	}
-	if err := release(ctx); err != nil {
+	if err := ReleaseLeaving(ctx, s.cfg.Log, s.cfg.Owner, s.id); err != nil {
 		return fmt.Errorf("shard %q: retire: %w", s.id, err)
 	}
 	return nil
+}
+
+// ReleaseLeaving gives o's lease on shard id back without sealing. With pages in
+// the log, it first waits for them to be shipped, and records that there is a
+// backlog and where it ends in the tail, for the next owner; if they cannot be
+// shipped the lease is kept (it runs out, and the next owner fences the tail).
+func ReleaseLeaving(ctx context.Context, log *wal.Log, o *manifest.Owner, id string) error {
+	if log.Info(id).Pages == 0 {
+		return o.Release(ctx)
+	}
+	inc, until, err := log.WaitShipped(ctx, id)
+	if err != nil {
+		return fmt.Errorf("the tail was not shipped, so the lease is kept: %w", err)
+	}
+	return o.ReleaseWithBacklog(ctx, inc, until)
 }

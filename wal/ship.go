@@ -22,15 +22,17 @@ type ShipOptions struct {
 	MaxAge   time.Duration
 }
 
-// ShipTo makes the log give every page appended from now on, of shards it has not
-// seen yet, to f, which ships it to the object store (Reship moves a shard it has
-// seen to another flusher). The first call must come before the first append; the
-// options stay those of the first call.
+// ShipTo makes the log give every page appended from now on to f, which ships it to
+// the object store, with appends waiting for it as opts say. Call it once, before
+// the first append.
 func (l *Log) ShipTo(f *tail.Flusher, opts ShipOptions) {
-	if l.tail.Swap(f) == nil {
-		l.ship = opts
-	}
+	l.ship = opts
+	l.tail.Store(f)
 }
+
+// ShipNewShardsTo makes f the flusher of the shards the log has not seen yet;
+// Reship moves a shard it has seen.
+func (l *Log) ShipNewShardsTo(f *tail.Flusher) { l.tail.Store(f) }
 
 // waitRoom holds an append back, in Local mode, while the shard's tail holds as
 // much unshipped as the options allow.

@@ -17,52 +17,73 @@ type Stored struct {
 	Size     int64 // 0: a fence
 }
 
-// Streams lists the incarnations of instance's streams on b, in order.
-func Streams(ctx context.Context, b *substrate.Bucket, instance string) ([]uint64, error) {
+// Listed is one incarnation of an instance's stream and its objects, as listed.
+type Listed struct {
+	Incarnation uint64
+	Objects     []Stored // in sequence order
+}
+
+// Streams lists every incarnation of instance's streams on b, in order, with its
+// objects: one listing of the instance's tail.
+func Streams(ctx context.Context, b *substrate.Bucket, instance string) ([]Listed, error) {
 	prefix := "tail/" + instance + "/"
-	var out []uint64
+	var out []Listed
 	for e, err := range b.ListAll(ctx, prefix) {
 		if err != nil {
 			return nil, err
 		}
-		inc, _, ok := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
+		inc, seq, ok := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
 		if !ok {
 			continue
 		}
-		n, err := strconv.ParseUint(inc, 10, 64)
-		if err != nil {
+		n, err1 := strconv.ParseUint(inc, 10, 64)
+		s, err2 := strconv.ParseUint(seq, 10, 64)
+		if err1 != nil || err2 != nil {
 			continue
 		}
-		if len(out) == 0 || out[len(out)-1] != n {
-			out = append(out, n)
+		if len(out) == 0 || out[len(out)-1].Incarnation != n {
+			out = append(out, Listed{Incarnation: n})
 		}
+		last := &out[len(out)-1]
+		last.Objects = append(last.Objects, Stored{Sequence: s, Key: e.Key, Size: e.Size})
 	}
 	return out, nil
 }
 
 // Objects lists the objects of instance's stream incarnation from sequence from on,
-// in sequence order.
+// in sequence order, starting the listing there.
 func Objects(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64) iter.Seq2[Stored, error] {
 	return func(yield func(Stored, error) bool) {
 		prefix := streamPrefix(instance, incarnation)
-		for e, err := range b.ListAll(ctx, prefix) {
+		opts := substrate.ListOptions{}
+		if from > 0 {
+			opts.StartAfter = Key(instance, incarnation, from-1)
+		}
+		for {
+			page, err := b.List(ctx, prefix, opts)
 			if err != nil {
 				yield(Stored{}, err)
 				return
 			}
-			n, err := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
-			if err != nil || n < from {
-				continue
+			for _, e := range page.Entries {
+				n, err := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
+				if err != nil || n < from {
+					continue
+				}
+				if !yield(Stored{Sequence: n, Key: e.Key, Size: e.Size}, nil) {
+					return
+				}
 			}
-			if !yield(Stored{Sequence: n, Key: e.Key, Size: e.Size}, nil) {
+			if page.Next == "" {
 				return
 			}
+			opts.StartAfter = page.Next
 		}
 	}
 }
 
-// Collect deletes the objects at the start of instance's stream incarnation that
-// no reader needs, in sequence order, and stops at the first it must keep: one
+// Collect deletes the objects at the start of the stream s, as Streams listed it,
+// that no reader needs, in sequence order, and stops at the first it must keep: one
 // that needed says a shard still needs (a section not sealed, or not superseded),
 // one that old says is too young, a fence (never collected), or, while the stream
 // is live (its writer may still put), its last object. It returns how many
@@ -72,15 +93,10 @@ func Objects(ctx context.Context, b *substrate.Bucket, instance string, incarnat
 // sequence below the first object there is one collection took, and one above it a
 // loss. Keeping a live stream's last object keeps Fence correct: a fencer that
 // finds the stream ends there fences after it, where the writer goes next.
-func Collect(ctx context.Context, b *substrate.Bucket, instance string, incarnation uint64, live bool,
+func Collect(ctx context.Context, b *substrate.Bucket, s Listed, live bool,
 	old func(key string) bool, needed func(seq uint64, e Entry) (bool, error)) (deleted int, err error) {
-	var objs []Stored
-	for o, err := range Objects(ctx, b, instance, incarnation, 0) {
-		if err != nil {
-			return 0, err
-		}
-		objs = append(objs, o)
-	}
+	objs := s.Objects
+	incarnation := s.Incarnation
 	for i, o := range objs {
 		if o.Size == 0 || (live && i == len(objs)-1) || !old(o.Key) {
 			return deleted, nil

@@ -176,11 +176,18 @@ func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket 
 		b.index[shard] = i
 		b.sections = append(b.sections, Section{Shard: shard, Epoch: epoch, First: first})
 	}
+	// One copy of the page's records, in one allocation.
+	n := 0
 	for _, r := range recs {
-		b.sections[i].Records = append(b.sections[i].Records, append([]byte(nil), r...))
-		b.bytes += len(r)
-		f.mu.stats.Pending += len(r)
+		n += len(r)
 	}
+	buf := make([]byte, 0, n)
+	for _, r := range recs {
+		buf = append(buf, r...)
+		b.sections[i].Records = append(b.sections[i].Records, buf[len(buf)-len(r):len(buf):len(buf)])
+	}
+	b.bytes += n
+	f.mu.stats.Pending += n
 	b.tickets = append(b.tickets, t)
 	select {
 	case f.wake <- struct{}{}:

@@ -3,8 +3,6 @@ package tail
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/l0store/l0/substrate"
@@ -67,41 +65,26 @@ func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarn
 // from, every sequence up to until (a missing one is an error), or with NoFence up
 // to the first gap or fence.
 func listFrom(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64) ([]Stored, error) {
-	prefix := streamPrefix(instance, incarnation)
-	opts := substrate.ListOptions{}
-	if from > 0 {
-		opts.StartAfter = Key(instance, incarnation, from-1)
-	}
 	var out []Stored
 	next := func() uint64 { return out[len(out)-1].Sequence + 1 }
-	for {
-		page, err := b.List(ctx, prefix, opts)
-		if err != nil {
+	for o, err := range Objects(ctx, b, instance, incarnation, from) {
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		for _, e := range page.Entries {
-			n, err := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
-			switch {
-			case err != nil || n < from:
-				continue
-			case until != NoFence && n >= until:
-				return out, complete(out, until, instance, incarnation)
-			case len(out) > 0 && n != next(), e.Size == 0:
-				if until == NoFence {
-					return out, nil // the stream's end: a gap, or a fence
-				}
-				if e.Size == 0 {
-					return nil, fmt.Errorf("%s: %w", e.Key, corrupt(0, "a fence below the stream's end at %d", until))
-				}
-				return nil, fmt.Errorf("%s: %w", Key(instance, incarnation, next()), substrate.ErrNotFound)
-			}
-			out = append(out, Stored{Sequence: n, Key: e.Key, Size: e.Size})
-		}
-		if page.Next == "" {
+		case until != NoFence && o.Sequence >= until:
 			return out, complete(out, until, instance, incarnation)
+		case len(out) > 0 && o.Sequence != next(), o.Size == 0:
+			if until == NoFence {
+				return out, nil // the stream's end: a gap, or a fence
+			}
+			if o.Size == 0 {
+				return nil, fmt.Errorf("%s: %w", o.Key, corrupt(0, "a fence below the stream's end at %d", until))
+			}
+			return nil, fmt.Errorf("%s: %w", Key(instance, incarnation, next()), substrate.ErrNotFound)
 		}
-		opts.StartAfter = page.Next
+		out = append(out, o)
 	}
+	return out, complete(out, until, instance, incarnation)
 }
 
 // complete reports a stream read up to until that ends short of it.

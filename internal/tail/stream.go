@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/l0store/l0/substrate"
@@ -113,20 +112,17 @@ func Fence(ctx context.Context, b *substrate.Bucket, instance string, incarnatio
 	// The listing only saves puts: where the writer got to, and a fence to fill
 	// down from. The put-if-absent calls decide.
 	first, top, found := from, uint64(0), false
-	prefix := streamPrefix(instance, incarnation)
-	for e, err := range b.ListAll(ctx, prefix) {
+	for o, err := range Objects(ctx, b, instance, incarnation, from) {
 		if err != nil {
 			return 0, false, err
 		}
-		n, perr := strconv.ParseUint(strings.TrimPrefix(e.Key, prefix), 10, 64)
 		switch {
-		case perr != nil || n < from:
-		case e.Size == 0:
-			if !found || n < top {
-				top, found = n, true
+		case o.Size == 0:
+			if !found || o.Sequence < top {
+				top, found = o.Sequence, true
 			}
-		case n >= first:
-			first = n + 1
+		case o.Sequence >= first:
+			first = o.Sequence + 1
 		}
 	}
 	met = true
