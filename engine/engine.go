@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/internal/fsutil"
@@ -113,24 +114,24 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	partsDir := filepath.Join(opts.Dir, "parts")
+	partsDir, walDir := filepath.Join(opts.Dir, "parts"), filepath.Join(opts.Dir, "wal")
 	if opts.Upload.TempDir == "" {
 		opts.Upload.TempDir = filepath.Join(opts.Dir, "uploads")
 	}
-	for _, d := range []string{partsDir, opts.Upload.TempDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	for _, d := range []string{partsDir, opts.Upload.TempDir, walDir} {
+		if err := fsutil.MkdirAll(opts.FS, d); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 	}
 	// The WAL's directory lock is taken first: only the engine that holds it may
 	// create Dir/instance, or two opens of a new Dir could each write an id and the
 	// loser's would outlive the winner's leases.
-	log, err := wal.Open(filepath.Join(opts.Dir, "wal"), wal.Options{Logger: opts.Logger, Now: opts.Now, FS: opts.FS})
+	log, err := wal.Open(walDir, wal.Options{Logger: opts.Logger, Now: opts.Now, FS: opts.FS})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if opts.Instance == "" {
-		id, err := instanceID(opts.Dir)
+		id, err := instanceID(opts.FS, opts.Dir)
 		if err != nil {
 			log.Close()
 			return nil, err
@@ -139,7 +140,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	// Only this engine uses Dir now (the WAL holds its lock): part files there are
 	// leftovers of seals a crash interrupted.
-	if err := errors.Join(seal.CleanDir(partsDir), replica.CleanDir(opts.Upload.TempDir)); err != nil {
+	if err := errors.Join(seal.CleanDir(opts.FS, partsDir), replica.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -196,9 +197,9 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 }
 
 // instanceID returns the id kept in dir/instance, creating it on the first open.
-func instanceID(dir string) (string, error) {
+func instanceID(fsys vfs.FS, dir string) (string, error) {
 	path := filepath.Join(dir, "instance")
-	if b, err := os.ReadFile(path); err == nil {
+	if b, err := fsutil.ReadFile(fsys, path); err == nil {
 		if id := strings.TrimSpace(string(b)); id != "" {
 			return id, nil
 		}
@@ -208,7 +209,7 @@ func instanceID(dir string) (string, error) {
 	var r [8]byte
 	rand.Read(r[:])
 	id := "l0-" + hex.EncodeToString(r[:])
-	if err := fsutil.WriteFileAtomic(path, []byte(id+"\n")); err != nil {
+	if err := fsutil.WriteFileAtomic(fsys, path, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("engine: %w", err)
 	}
 	return id, nil
@@ -286,7 +287,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		AfterCommit: func(p manifest.Part, file string) bool { return e.afterCommit(id, p, file) },
 		Uploading:   func() bool { return e.uploader.Busy(id) },
 		UploadWait:  e.opts.Lease.Duration,
-		PartsDir:    e.partsDir, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
+		PartsDir:    e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
 		Observer: e.metrics, Now: e.opts.Now,
 		OnClose: func(inDoubt []manifest.Part) {

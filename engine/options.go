@@ -79,9 +79,10 @@ type Options struct {
 	BlockSize int
 	// Now is the clock of pages, seal ages and leases. Default time.Now.
 	Now func() time.Time
-	// FS is the file system of the WAL (see wal.Options.FS): vfs.Default or a
-	// wrapper of it that injects faults or delays. Default vfs.Default. Part files
-	// and uploads go through the operating system.
+	// FS is the file system of everything the engine keeps in Dir: the WAL, part
+	// files while they are sealed and copied, the instance id and incarnation.
+	// Default vfs.Default. A test passes an in-memory one that forgets what was not
+	// synced (a power loss), or one that fails the i-th call.
 	FS vfs.FS
 	// Durability says when an append is acknowledged: Remote (the default) once it
 	// is on the tail replica as well as on the local disk, Local once it is on the
@@ -182,6 +183,10 @@ func (o *Options) EnsureDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	o.Upload.FS = o.FS
 	o.Seal.Now, o.Lease.Now, o.Lease.Wait, o.Upload.Now = o.Now, o.Now, false, o.Now
 	if len(o.Replicas) == 0 && o.Bucket != nil {
 		o.Replicas = []replica.Spec{{Name: o.Bucket.Name(), Domain: "default", Bucket: o.Bucket}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/l0store/l0/manifest"
@@ -37,7 +36,7 @@ func (e *Engine) dropFile(key, file string) {
 		delete(e.mu.files, key)
 	}
 	e.mu.Unlock()
-	os.Remove(file)
+	e.opts.FS.Remove(file)
 }
 
 // missing returns the replicas of the set that p's manifest entry does not name.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
@@ -66,7 +68,7 @@ func (e *Engine) newTailStream() (*tailStream, error) {
 	} else if len(streams) > 0 {
 		listed = streams[len(streams)-1].Incarnation
 	}
-	inc, err := nextIncarnation(e.opts.Dir, listed)
+	inc, err := nextIncarnation(e.opts.FS, e.opts.Dir, listed)
 	if err != nil {
 		return nil, err
 	}
@@ -170,10 +172,10 @@ func addStats(a, b tail.FlushStats) tail.FlushStats {
 // and after listed, and keeps it there: every open of the engine ships its tail in
 // a stream of its own, which no earlier process of the same instance can have
 // written or fenced.
-func nextIncarnation(dir string, listed uint64) (uint64, error) {
+func nextIncarnation(fsys vfs.FS, dir string, listed uint64) (uint64, error) {
 	path := filepath.Join(dir, "incarnation")
 	var n uint64
-	b, err := os.ReadFile(path)
+	b, err := fsutil.ReadFile(fsys, path)
 	switch {
 	case err == nil:
 		n, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
@@ -184,7 +186,7 @@ func nextIncarnation(dir string, listed uint64) (uint64, error) {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
 	n = max(n, listed) + 1
-	if err := fsutil.WriteFileAtomic(path, []byte(strconv.FormatUint(n, 10)+"\n")); err != nil {
+	if err := fsutil.WriteFileAtomic(fsys, path, []byte(strconv.FormatUint(n, 10)+"\n")); err != nil {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
 	return n, nil

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
@@ -72,6 +75,9 @@ type Options struct {
 	// TempDir holds parts read back from a replica while they are copied; default
 	// os.TempDir().
 	TempDir string
+	// FS is the file system of TempDir and of the parts' local files. Default
+	// vfs.Default.
+	FS vfs.FS
 	// Now is the clock of seal-to-durable lag; default time.Now.
 	Now func() time.Time
 	// ObserveLag, if set, receives the seal-to-durable lag of every part sealed in
@@ -102,6 +108,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.BackoffMax < o.BackoffMin {
 		o.BackoffMax = max(5*time.Second, o.BackoffMin)
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
 	}
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
@@ -362,7 +371,7 @@ func (u *Uploader) run(j Job) {
 	}
 	// The source is read and checked once, for every target.
 	var (
-		src     *os.File
+		src     *io.SectionReader
 		cleanup func()
 	)
 	if err := u.retry(func(ctx context.Context) (err error) {
@@ -446,7 +455,7 @@ func (u *Uploader) retry(f func(ctx context.Context) error) error {
 // copyTo puts j's part, src (opened and checked by open), on target, and reports
 // whether it wrote it. An object already there counts as the copy (a re-driven
 // upload re-states it) if its size matches.
-func (u *Uploader) copyTo(ctx context.Context, j Job, src *os.File, target string) (made bool, err error) {
+func (u *Uploader) copyTo(ctx context.Context, j Job, src *io.SectionReader, target string) (made bool, err error) {
 	dst, ok := u.set.Get(target)
 	if !ok {
 		return false, fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
@@ -470,22 +479,18 @@ func (u *Uploader) copyTo(ctx context.Context, j Job, src *os.File, target strin
 	return created, nil
 }
 
-// open returns the part as a verified local file.
-func (u *Uploader) open(ctx context.Context, j Job) (*os.File, func(), error) {
+// open returns the part as a verified local file, read from the start.
+func (u *Uploader) open(ctx context.Context, j Job) (*io.SectionReader, func(), error) {
 	if j.Source.LocalFile != "" {
-		f, err := os.Open(j.Source.LocalFile)
+		f, err := u.opts.FS.Open(j.Source.LocalFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
 		}
-		if err := verify(f, j); err != nil {
+		if err := verify(whole(f), j); err != nil {
 			f.Close()
 			return nil, nil, err
 		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			f.Close()
-			return nil, nil, err
-		}
-		return f, func() { f.Close() }, nil
+		return io.NewSectionReader(f, 0, j.Size), func() { f.Close() }, nil
 	}
 	src, ok := u.set.Get(j.Source.Replica)
 	if !ok {
@@ -496,29 +501,24 @@ func (u *Uploader) open(ctx context.Context, j Job) (*os.File, func(), error) {
 		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
 	}
 	defer r.Close()
-	f, err := os.CreateTemp(u.opts.TempDir, "upload-*.part")
+	f, path, err := fsutil.CreateTemp(u.opts.FS, u.opts.TempDir, "upload-", ".part")
 	if err != nil {
 		return nil, nil, err
 	}
-	cleanup := func() { f.Close(); os.Remove(f.Name()) }
+	cleanup := func() { f.Close(); u.opts.FS.Remove(path) }
 	if _, err := io.Copy(f, r); err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	if err := verify(whole(f), j); err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	if err := verify(f, j); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	return f, cleanup, nil
+	return io.NewSectionReader(f, 0, j.Size), cleanup, nil
 }
+
+// whole reads all of f, however long.
+func whole(f vfs.File) io.Reader { return io.NewSectionReader(f, 0, math.MaxInt64) }
 
 // verify reads r whole and checks the part's size and part CRC.
 func verify(r io.Reader, j Job) error {
@@ -537,4 +537,6 @@ func verify(r io.Reader, j Job) error {
 var ErrCorruptSource = errors.New("replica: corrupt source")
 
 // CleanDir removes the temporary files of uploads a crash interrupted.
-func CleanDir(dir string) error { return fsutil.RemoveMatching(dir, "upload-*.part") }
+func CleanDir(fsys vfs.FS, dir string) error {
+	return fsutil.RemoveMatching(fsys, dir, "upload-*.part")
+}

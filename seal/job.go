@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"slices"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/internal/fsutil"
@@ -30,6 +31,8 @@ type Job struct {
 	Replica string
 	// Dir holds the part file while it is written and put.
 	Dir string
+	// FS is Dir's file system.
+	FS vfs.FS
 	// BlockSize and Encoder are the part writer's (see part.Options).
 	BlockSize int
 	Encoder   *zstd.Encoder
@@ -97,7 +100,7 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	if path != "" {
 		defer func() {
 			if !keep {
-				os.Remove(path)
+				j.FS.Remove(path)
 			}
 		}()
 	}
@@ -160,7 +163,7 @@ func (j Job) settle(ctx context.Context) error {
 	for _, d := range j.Doubts.Take() {
 		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.Part.Key })
 		if i < 0 {
-			os.Remove(d.File) // never committed: an orphan object
+			j.FS.Remove(d.File) // never committed: an orphan object
 			continue
 		}
 		p := m.Parts[i]
@@ -168,7 +171,7 @@ func (j Job) settle(ctx context.Context) error {
 			j.Counters.Observe(Result{Records: p.Count, RawBytes: d.rawBytes, Objects: 1, Size: p.Size}, nil)
 		}
 		if j.AfterCommit == nil || !j.AfterCommit(p, d.File) {
-			os.Remove(d.File)
+			j.FS.Remove(d.File)
 		}
 	}
 	return nil
@@ -184,7 +187,7 @@ func (j Job) truncate(next uint64) error {
 // writePart encodes the pages from offset from into a new file in Dir, stopping at
 // the first page boundary past budget, and reports whether pages were left.
 func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, info part.Info, cut bool, err error) {
-	f, err := os.CreateTemp(j.Dir, "seal-"+j.Shard+"-*.part")
+	f, path, err := fsutil.CreateTemp(j.FS, j.Dir, "seal-"+j.Shard+"-", ".part")
 	if err != nil {
 		return "", part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
 	}
@@ -201,10 +204,10 @@ func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, i
 			err = ctx.Err()
 		}
 		if err != nil {
-			return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: read the WAL from %d: %w", j.Shard, from, err)
+			return path, part.Info{}, false, fmt.Errorf("seal %s: read the WAL from %d: %w", j.Shard, from, err)
 		}
 		if pages == 0 && page.FirstOffset != from {
-			return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: the sealed watermark %d is inside the page at %d: %w", j.Shard, from, page.FirstOffset, wal.ErrNotPageBoundary)
+			return path, part.Info{}, false, fmt.Errorf("seal %s: the sealed watermark %d is inside the page at %d: %w", j.Shard, from, page.FirstOffset, wal.ErrNotPageBoundary)
 		}
 		if pages > 0 && bytes >= budget {
 			cut = true
@@ -212,32 +215,32 @@ func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, i
 		}
 		for _, r := range page.Records {
 			if err := w.Add(r); err != nil {
-				return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
+				return path, part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
 			}
 			bytes += uint64(len(r))
 		}
 		pages++
 	}
 	if pages == 0 {
-		return f.Name(), part.Info{}, false, nil
+		return path, part.Info{}, false, nil
 	}
 	info, err = w.Close()
 	if err != nil {
-		return f.Name(), part.Info{}, false, fmt.Errorf("seal %s: write part: %w", j.Shard, err)
+		return path, part.Info{}, false, fmt.Errorf("seal %s: write part: %w", j.Shard, err)
 	}
-	return f.Name(), info, cut, nil
+	return path, info, cut, nil
 }
 
 // put writes the part file, of size bytes, to the bucket under key, which no
 // earlier attempt used. An object already there is this seal's own put whose reply
 // was lost (a client retry finds it): success, if its size is the file's.
 func (j Job) put(ctx context.Context, key, path string, size int64) error {
-	f, err := os.Open(path)
+	f, err := j.FS.Open(path)
 	if err != nil {
 		return fmt.Errorf("seal %s: %w", j.Shard, err)
 	}
 	defer f.Close()
-	_, created, err := j.Bucket.PutIfAbsent(ctx, key, f)
+	_, created, err := j.Bucket.PutIfAbsent(ctx, key, io.NewSectionReader(f, 0, size))
 	if err == nil && !created {
 		var attrs substrate.Attrs
 		if attrs, err = j.Bucket.Attributes(ctx, key); err == nil && attrs.Size != size {
@@ -258,4 +261,4 @@ func nonce() string {
 }
 
 // CleanDir removes part files that a crash left in dir: no manifest names them.
-func CleanDir(dir string) error { return fsutil.RemoveMatching(dir, "seal-*.part") }
+func CleanDir(fsys vfs.FS, dir string) error { return fsutil.RemoveMatching(fsys, dir, "seal-*.part") }

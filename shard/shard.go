@@ -18,10 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/manifest"
@@ -78,8 +78,9 @@ type Config struct {
 	// first replica, and a copy that outlives the wait stays unrecorded until a
 	// backfill. Zero means no bound but the context's.
 	UploadWait time.Duration
-	// PartsDir holds part files while they are written.
+	// PartsDir holds part files while they are written, on FS.
 	PartsDir      string
+	FS            vfs.FS
 	BlockSize     int           // part block size; 0 means the default
 	Encoder       *zstd.Encoder // shared by the engine's seals
 	SizeTrigger   uint64        // unsealed bytes at which an append asks for a seal
@@ -224,7 +225,7 @@ func (s *Shard) closed() {
 	var parts []manifest.Part
 	for _, d := range s.doubts.Take() {
 		parts = append(parts, d.Part)
-		os.Remove(d.File)
+		s.cfg.FS.Remove(d.File)
 	}
 	s.cfg.OnClose(parts)
 }

@@ -7,10 +7,10 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/l0store/l0/internal/fsutil"
 )
@@ -93,8 +93,8 @@ func decodeMarks(b []byte) (map[string]mark, error) {
 }
 
 // readMarks reads the watermark file of dir; a missing file is no watermark.
-func readMarks(dir string) (map[string]mark, error) {
-	b, err := os.ReadFile(filepath.Join(dir, ackedFile))
+func readMarks(fsys vfs.FS, dir string) (map[string]mark, error) {
+	b, err := fsutil.ReadFile(fsys, fsys.PathJoin(dir, ackedFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -105,8 +105,8 @@ func readMarks(dir string) (map[string]mark, error) {
 }
 
 // writeMarks replaces the watermark file of dir atomically and durably.
-func writeMarks(dir string, marks map[string]mark) error {
-	return fsutil.WriteFileAtomic(filepath.Join(dir, ackedFile), encodeMarks(marks))
+func writeMarks(fsys vfs.FS, dir string, marks map[string]mark) error {
+	return fsutil.WriteFileAtomic(fsys, fsys.PathJoin(dir, ackedFile), encodeMarks(marks))
 }
 
 // checkMarks compares what the log replayed with the watermark: a shard that ends
@@ -177,7 +177,7 @@ func (l *Log) writeMarksNow() error {
 
 func (l *Log) writeMarksLocked() error {
 	gen := l.changes.Load()
-	if err := writeMarks(l.dir, l.marks()); err != nil {
+	if err := writeMarks(l.opts.FS, l.dir, l.marks()); err != nil {
 		return fmt.Errorf("wal: writing the acknowledged watermark: %w", err)
 	}
 	l.written = gen

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 func TestWatermarkEncodingRoundTripsAndRefusesDamage(t *testing.T) {
@@ -40,7 +42,7 @@ func TestTheWatermarkFollowsAppendsWhileTheLogIsOpen(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		marks, err := readMarks(dir)
+		marks, err := readMarks(vfs.Default, dir)
 		if err == nil && marks["s"].acked == 3 {
 			return
 		}
@@ -73,7 +75,7 @@ func TestALogThatReplaysShortOfTheWatermarkFailsTheOpen(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := writeMarks(dir, map[string]mark{"s": m}); err != nil {
+			if err := writeMarks(vfs.Default, dir, map[string]mark{"s": m}); err != nil {
 				t.Fatal(err)
 			}
 			_, err := Open(dir, Options{})
@@ -91,7 +93,7 @@ func TestAWatermarkBehindTheLogIsFine(t *testing.T) {
 	l.Append(context.Background(), "s", 0, recs("r", 3))
 	l.Close()
 	// An older watermark is what a crash before its rewrite leaves.
-	if err := writeMarks(dir, map[string]mark{"s": {acked: 1}}); err != nil {
+	if err := writeMarks(vfs.Default, dir, map[string]mark{"s": {acked: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	l = open(t, dir, Options{})
@@ -147,7 +149,7 @@ func TestACleanCloseAfterRecoveryRewritesTheWatermark(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := map[string]mark{"s": {floor: 2, acked: 3}, "other": {floor: 0, acked: 3}}
-			if got, err := readMarks(dir); err != nil || !maps.Equal(got, want) {
+			if got, err := readMarks(vfs.Default, dir); err != nil || !maps.Equal(got, want) {
 				t.Fatalf("after the first Close: %v, %v; want %v", got, err, want)
 			}
 			// Stand in for a kill before the watermark caught up.
@@ -155,18 +157,18 @@ func TestACleanCloseAfterRecoveryRewritesTheWatermark(t *testing.T) {
 				if err := os.Remove(filepath.Join(dir, ackedFile)); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := writeMarks(dir, stale); err != nil {
+			} else if err := writeMarks(vfs.Default, dir, stale); err != nil {
 				t.Fatal(err)
 			}
 			l = open(t, dir, opts)
-			if got, err := readMarks(dir); err != nil || !maps.Equal(got, want) {
+			if got, err := readMarks(vfs.Default, dir); err != nil || !maps.Equal(got, want) {
 				l.Close()
 				t.Fatalf("after the recovering open: %v, %v; want %v", got, err, want)
 			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := readMarks(dir); err != nil || !maps.Equal(got, want) {
+			if got, err := readMarks(vfs.Default, dir); err != nil || !maps.Equal(got, want) {
 				t.Fatalf("after a clean Close: %v, %v; want %v", got, err, want)
 			}
 		})

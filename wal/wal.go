@@ -17,8 +17,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/l0store/l0/internal/tail"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/l0store/l0/internal/tail"
 )
 
 // batchOverhead bounds what a pebble batch of one Set adds to its key and value: the
@@ -40,10 +41,9 @@ type Options struct {
 	// whose loss inside pebble's last log file goes undetected are at most those of
 	// the last interval before a crash. Default 100 ms.
 	AckedInterval time.Duration
-	// FS is the file system pebble keeps its files on; pebble's disk-health checks
-	// wrap it. Default vfs.Default. The l0-acked file is written beside pebble's
-	// through the operating system, so FS must be vfs.Default or wrap it: it is for
-	// injecting faults and delays, not for moving the log elsewhere.
+	// FS is the file system of the log: pebble's files and the l0-acked file
+	// beside them. Pebble's disk-health checks wrap it. Default vfs.Default; a test
+	// passes an in-memory one that forgets unsynced writes, or one that fails calls.
 	FS vfs.FS
 }
 
@@ -183,7 +183,7 @@ func Open(dir string, opts Options) (*Log, error) {
 
 // recover loads the shards' state and checks it against the acknowledged watermark.
 func (l *Log) recover() error {
-	marks, err := readMarks(l.dir)
+	marks, err := readMarks(l.opts.FS, l.dir)
 	if err != nil {
 		return err
 	}

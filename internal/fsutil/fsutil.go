@@ -1,32 +1,74 @@
 // Package fsutil holds small file-system helpers shared by the engine's packages.
+// Every one goes through a pebble vfs.FS, so that a test can put the engine on an
+// in-memory file system that forgets unsynced writes, or one that fails the i-th
+// call.
 package fsutil
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // RemoveMatching removes the files of dir whose names match pattern (filepath.Match
 // syntax): the leftovers of work a crash interrupted.
-func RemoveMatching(dir, pattern string) error {
-	files, err := filepath.Glob(filepath.Join(dir, pattern))
+func RemoveMatching(fsys vfs.FS, dir, pattern string) error {
+	names, err := fsys.List(dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, f := range files {
-		errs = append(errs, os.Remove(f))
+	for _, name := range names {
+		if ok, _ := filepath.Match(pattern, name); ok {
+			errs = append(errs, fsys.Remove(fsys.PathJoin(dir, name)))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// CreateTemp creates a new file in dir named prefix, a random part, and suffix, as
+// os.CreateTemp does, and returns it with its path.
+func CreateTemp(fsys vfs.FS, dir, prefix, suffix string) (vfs.File, string, error) {
+	for range 10 {
+		var r [8]byte
+		rand.Read(r[:])
+		path := fsys.PathJoin(dir, prefix+hex.EncodeToString(r[:])+suffix)
+		if _, err := fsys.Stat(path); err == nil {
+			continue // taken: draw again
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, "", err
+		}
+		f, err := fsys.Create(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return nil, "", err
+		}
+		return f, path, nil
+	}
+	return nil, "", &fs.PathError{Op: "createtemp", Path: dir, Err: fs.ErrExist}
+}
+
+// ReadFile reads the whole file at path.
+func ReadFile(fsys vfs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // WriteFileAtomic replaces path with data atomically and durably: a temporary file
 // beside it, fsync, rename, fsync of the directory. A crash leaves the old file or
 // the new one, and at worst the temporary file.
-func WriteFileAtomic(path string, data []byte) error {
+func WriteFileAtomic(fsys vfs.FS, path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsys.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
@@ -37,12 +79,35 @@ func WriteFileAtomic(path string, data []byte) error {
 	if err := errors.Join(err, f.Close()); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fsys.Rename(tmp, path); err != nil {
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
+	return SyncDir(fsys, fsys.PathDir(path))
+}
+
+// SyncDir makes the entries of dir durable: the files created, renamed or removed
+// in it.
+func SyncDir(fsys vfs.FS, dir string) error {
+	d, err := fsys.OpenDir(dir)
 	if err != nil {
 		return err
 	}
 	return errors.Join(d.Sync(), d.Close())
+}
+
+// MkdirAll creates dir and its missing parents, durably: each directory created is
+// synced into its parent, so a power loss does not take it back.
+func MkdirAll(fsys vfs.FS, dir string) error {
+	if _, err := fsys.Stat(dir); err == nil {
+		return nil
+	}
+	if parent := fsys.PathDir(dir); parent != dir {
+		if err := MkdirAll(fsys, parent); err != nil {
+			return err
+		}
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return SyncDir(fsys, fsys.PathDir(dir))
 }
