@@ -14,13 +14,11 @@ import (
 // objects of this instance's tail streams that no shard needs any more.
 func (e *Engine) collectTail() {
 	defer close(e.collector.done)
-	t := time.NewTicker(e.opts.Tail.CollectEvery)
-	defer t.Stop()
 	for {
 		select {
 		case <-e.stop:
 			return
-		case <-t.C:
+		case <-e.opts.Clock.After(e.opts.Tail.CollectEvery):
 		}
 		ctx, cancel := context.WithTimeout(e.closing, e.opts.Tail.CollectEvery)
 		if _, err := e.collectTailOnce(ctx); err != nil && ctx.Err() == nil {
@@ -61,7 +59,7 @@ func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 		manifests[shard] = m
 		return m, nil
 	}
-	now := time.Now()
+	now := e.opts.Clock.Now()
 	seen := map[string]time.Time{} // this pass's: the keys it looked at
 	old := func(key string) bool {
 		first, ok := e.collector.seen[key]

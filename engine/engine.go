@@ -126,7 +126,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	// The WAL's directory lock is taken first: only the engine that holds it may
 	// create Dir/instance, or two opens of a new Dir could each write an id and the
 	// loser's would outlive the winner's leases.
-	log, err := wal.Open(walDir, wal.Options{Logger: opts.Logger, Now: opts.Now, FS: opts.FS})
+	log, err := wal.Open(walDir, wal.Options{Logger: opts.Logger, Clock: opts.Clock, FS: opts.FS})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -157,7 +157,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		opts: opts, log: log, set: set,
-		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
+		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger, Clock: opts.Clock, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
 		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.closing, e.cancelClosing = context.WithCancel(context.Background())
@@ -289,7 +289,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		UploadWait:  e.opts.Lease.Duration,
 		PartsDir:    e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Observer: e.metrics, Now: e.opts.Now,
+		Observer: e.metrics, Clock: e.opts.Clock,
 		OnClose: func(inDoubt []manifest.Part) {
 			e.forget(id)
 			for _, p := range inDoubt {
@@ -350,13 +350,11 @@ func (e *Engine) openShards() []*shard.Shard {
 // longer than the interval and let leases lapse.
 func (e *Engine) renewLeases() {
 	defer close(e.done)
-	t := time.NewTicker(e.opts.RenewEvery)
-	defer t.Stop()
 	for {
 		select {
 		case <-e.stop:
 			return
-		case <-t.C:
+		case <-e.opts.Clock.After(e.opts.RenewEvery):
 		}
 		owners, _ := e.owners()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)

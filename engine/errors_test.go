@@ -51,7 +51,7 @@ func TestEveryAppendErrorSaysWhetherRecordsMayHaveBeenWritten(t *testing.T) {
 	clk := testclock.New()
 	held, fs := newHeldSyncs()
 	dir := t.TempDir()
-	opts := Options{Dir: dir, Now: clk.Now, FS: fs, MaxRecordSize: 100, MaxBatchBytes: 250, Seal: quietSealOptions()}
+	opts := Options{Dir: dir, Clock: clk, FS: fs, MaxRecordSize: 100, MaxBatchBytes: 250, Seal: quietSealOptions()}
 	e := open(t, opts)
 	sh := openShard(t, e, "s")
 	if _, err := sh.Append(ctx, []byte("before")); err != nil {

@@ -205,7 +205,7 @@ func newMetrics(e *Engine) *metrics {
 			Name: "l0_tail_unshipped_age_seconds", Help: "Age of the oldest page not yet shipped to the tail; 0 without any.",
 		}, func() float64 {
 			if o := e.tailStats().Oldest; !o.IsZero() {
-				return max(0, time.Since(o).Seconds())
+				return max(0, e.opts.Clock.Now().Sub(o).Seconds())
 			}
 			return 0
 		}),
@@ -358,7 +358,7 @@ func (c shardCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c shardCollector) Collect(ch chan<- prometheus.Metric) {
-	now := time.Now()
+	now := c.m.e.opts.Clock.Now()
 	for _, id := range c.m.shards() {
 		info := c.m.e.log.Info(id)
 		age := 0.0

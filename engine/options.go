@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -59,7 +60,7 @@ type Options struct {
 	// recoverable copy.
 	BackfillOnOpen bool
 	// Upload configures the uploader: workers, attempts, backoff. Its TempDir
-	// defaults to Dir/uploads, its Now to Now; its ObserveLag, if set, is called
+	// defaults to Dir/uploads, its Clock and FS to the engine's; its ObserveLag, if set, is called
 	// besides the engine's l0_upload_lag_seconds histogram.
 	Upload replica.Options
 	// Instance names this engine in the leases it holds and in its tail's keys.
@@ -69,16 +70,17 @@ type Options struct {
 	Instance string
 	// Seal configures the seal triggers, budget, backoff and concurrency.
 	Seal seal.Options
-	// Lease configures ownership: duration, skew margin. Its Wait and Now are
-	// ignored (see WaitForLease and Now).
+	// Lease configures ownership: duration, skew margin. Its Wait and Clock are
+	// ignored (see WaitForLease and Clock).
 	Lease manifest.LeaseOptions
 	// RenewEvery is how often each owned shard's lease is renewed when no seal
 	// renewed it. Default 10 s, and under Lease.Duration minus twice its skew margin.
 	RenewEvery time.Duration
 	// BlockSize is the raw size of a part's blocks. Default 64 KiB.
 	BlockSize int
-	// Now is the clock of pages, seal ages and leases. Default time.Now.
-	Now func() time.Time
+	// Clock is the engine's time: of pages, seal ages, leases, and of every
+	// interval, retry and backoff of its background work. Default clock.Real.
+	Clock clock.Clock
 	// FS is the file system of everything the engine keeps in Dir: the WAL, part
 	// files while they are sealed and copied, the instance id and incarnation.
 	// Default vfs.Default. A test passes an in-memory one that forgets what was not
@@ -180,14 +182,12 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxBatchBytes == 0 {
 		o.MaxBatchBytes = max(DefaultMaxBatchBytes, o.MaxRecordSize)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
 	o.Upload.FS = o.FS
-	o.Seal.Now, o.Lease.Now, o.Lease.Wait, o.Upload.Now = o.Now, o.Now, false, o.Now
+	o.Seal.Clock, o.Lease.Clock, o.Lease.Wait, o.Upload.Clock = o.Clock, o.Clock, false, o.Clock
 	if len(o.Replicas) == 0 && o.Bucket != nil {
 		o.Replicas = []replica.Spec{{Name: o.Bucket.Name(), Domain: "default", Bucket: o.Bucket}}
 	}

@@ -78,7 +78,7 @@ func (e *Engine) newTailStream() (*tailStream, error) {
 	return &tailStream{
 		flusher: tail.NewFlusher(stream, tail.FlushOptions{
 			Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes, Retry: e.opts.Tail.Retry,
-			Shipped: e.metrics.observeShipped,
+			Clock: e.opts.Clock, Shipped: e.metrics.observeShipped,
 		}),
 		incarnation: inc,
 	}, nil

@@ -60,7 +60,7 @@ func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T
 	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
 	optsA = fastCollect(optsA)
 	clkA, clkB := testclock.New(), testclock.New()
-	optsA.Now, optsB.Now = clkA.Now, clkB.Now
+	optsA.Clock, optsB.Clock = clkA, clkB
 	clkB.Advance(time.Minute) // past A's 30 s lease and its skew margin
 	eA, eB := open(t, optsA), open(t, optsB)
 	x, y := openShard(t, eA, "x"), openShard(t, eA, "y")

@@ -143,7 +143,7 @@ func TestARetireAfterAFailedMoveToANewIncarnationKeepsEveryRecord(t *testing.T) 
 	ctx := context.Background()
 	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
 	clkA, clkB := testclock.New(), testclock.New()
-	optsA.Now, optsB.Now = clkA.Now, clkB.Now
+	optsA.Clock, optsB.Clock = clkA, clkB
 	clkB.Advance(time.Minute) // past A's 30 s lease and its skew margin
 	eA, eB := open(t, optsA), open(t, optsB)
 	x, y := openShard(t, eA, "x"), openShard(t, eA, "y")
@@ -255,11 +255,11 @@ func TestTwoMachinesTakingOverAtOnceKeepEveryAcknowledgedRecord(t *testing.T) {
 	drv := mem.New()
 	clkA, clkL := testclock.New(), testclock.New()
 	clkL.Advance(time.Minute)
-	mk := func(now func() time.Time) Options {
-		return Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", drv), Seal: quietSealOptions(), Now: now}
+	mk := func(c *testclock.Clock) Options {
+		return Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", drv), Seal: quietSealOptions(), Clock: c}
 	}
-	eA := open(t, mk(clkA.Now))
-	eB, eC := open(t, mk(clkL.Now)), open(t, mk(clkL.Now))
+	eA := open(t, mk(clkA))
+	eB, eC := open(t, mk(clkL)), open(t, mk(clkL))
 	x := openShard(t, eA, "x")
 	app := startAppender(x, 4)
 	time.Sleep(150 * time.Millisecond)
@@ -317,7 +317,7 @@ func TestLostRepliesInATakeoverKeepEveryAcknowledgedRecord(t *testing.T) {
 			ctx := context.Background()
 			optsA, optsB, _, fb := twoMachines(t, manifest.LeaseOptions{}, 0)
 			clkA, clkB := testclock.New(), testclock.New()
-			optsA.Now, optsB.Now = clkA.Now, clkB.Now
+			optsA.Clock, optsB.Clock = clkA, clkB
 			clkB.Advance(time.Minute)
 			eA, eB := open(t, optsA), open(t, optsB)
 			x := openShard(t, eA, "x")

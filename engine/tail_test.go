@@ -181,9 +181,9 @@ func TestAFenceIsNeverCollected(t *testing.T) {
 		optsA := collecting(substratetest.NewBucket(t, "m", drvA))
 		// A learns at its next renewal that it was fenced; until then its own view of
 		// the manifest keeps its objects.
-		optsA.Dir, optsA.Now, optsA.RenewEvery = t.TempDir(), clkA.Now, 100*time.Millisecond
+		optsA.Dir, optsA.Clock, optsA.RenewEvery = t.TempDir(), clkA, 100*time.Millisecond
 		optsB := collecting(substratetest.NewBucket(t, "m", drvB))
-		optsB.Dir, optsB.Now = t.TempDir(), clkB.Now
+		optsB.Dir, optsB.Clock = t.TempDir(), clkB
 		eA, eB := open(t, optsA), open(t, optsB)
 		want := appendBatches(t, openShard(t, eA, "s"), 5)
 		other := openShard(t, eA, "other")
@@ -199,6 +199,7 @@ func TestAFenceIsNeverCollected(t *testing.T) {
 		})
 		fenced := fmt.Sprintf("tail/%s/%020d/", eA.Instance(), 1)
 		waitFor(t, 5*time.Second, "A's fenced stream collected", func() bool {
+			clkA.Advance(10 * time.Millisecond) // A's objects age past CollectAfter
 			data, _ := tailObjects(t, eA.set.Authority().Bucket)
 			for _, k := range data {
 				if strings.HasPrefix(k, fenced) {

@@ -32,8 +32,8 @@ type copier struct {
 		closed  bool
 		workers int
 		shards  map[string]*copyState
-		queue   []string // shards with a newer manifest to copy and no copy in flight
-		timers  map[*time.Timer]struct{}
+		queue   []string                  // shards with a newer manifest to copy and no copy in flight
+		timers  map[*func() bool]struct{} // the retries pending, by their stop
 	}
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
@@ -56,7 +56,7 @@ func newCopier(b *substrate.Bucket, opts StoreOptions) *copier {
 	c := &copier{b: b, opts: opts}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.shards = make(map[string]*copyState)
-	c.mu.timers = make(map[*time.Timer]struct{})
+	c.mu.timers = make(map[*func() bool]struct{})
 	return c
 }
 
@@ -151,8 +151,8 @@ func (c *copier) work() {
 
 // retryLocked queues the shard again after a pause.
 func (c *copier) retryLocked(shard string) {
-	var t *time.Timer
-	t = time.AfterFunc(copyRetryDelay, func() {
+	t := new(func() bool)
+	*t = c.opts.Clock.AfterFunc(copyRetryDelay, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		delete(c.mu.timers, t)
@@ -292,8 +292,8 @@ func (c *copier) pending() map[string]uint64 {
 func (c *copier) close() {
 	c.mu.Lock()
 	c.mu.closed = true
-	for t := range c.mu.timers {
-		t.Stop()
+	for stop := range c.mu.timers {
+		(*stop)()
 	}
 	clear(c.mu.timers)
 	for _, st := range c.mu.shards {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -25,8 +26,8 @@ type LeaseOptions struct {
 	// Wait makes Acquire wait for a lease held by another instance to expire instead
 	// of failing with ErrOwned.
 	Wait bool
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock is the clock of expiries and of Wait. Default clock.Real.
+	Clock clock.Clock
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -37,9 +38,7 @@ func (o *LeaseOptions) EnsureDefaults() {
 	if o.SkewMargin == 0 {
 		o.SkewMargin = 2 * time.Second
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 }
 
 // Validate reports invalid defaulted options.
@@ -136,11 +135,11 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 			return Claim{}, err
 		}
 		held := !m.Released && m.Owner != "" && m.Owner != instance
-		if takeover := m.LeaseExpiry.Add(opts.SkewMargin); held && opts.Now().Before(takeover) {
+		if takeover := m.LeaseExpiry.Add(opts.SkewMargin); held && opts.Clock.Now().Before(takeover) {
 			if !opts.Wait {
 				return Claim{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: m.LeaseExpiry}
 			}
-			if err := sleep(ctx, takeover.Sub(opts.Now())); err != nil {
+			if err := sleep(ctx, opts.Clock, takeover.Sub(opts.Clock.Now())); err != nil {
 				return Claim{}, err
 			}
 			continue
@@ -158,7 +157,7 @@ func Take(ctx context.Context, store *Store, c Claim, instance string, opts Leas
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	now := opts.Now()
+	now := opts.Clock.Now()
 	m := c.Prev.Clone()
 	if a := store.authorityName(); m.Authority != a {
 		if m.Epoch > 0 { // not a new shard: its history so far is another's, or unnamed
@@ -196,13 +195,11 @@ func Take(ctx context.Context, store *Store, c Claim, instance string, opts Leas
 	return o, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-c.After(d):
 		return nil
 	}
 }
@@ -229,7 +226,7 @@ func (o *Owner) Valid() error {
 	if v.err != nil {
 		return v.err
 	}
-	if !o.opts.Now().Before(v.until) {
+	if !o.opts.Clock.Now().Before(v.until) {
 		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, ErrLeaseExpired)
 	}
 	return nil
@@ -408,7 +405,7 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		} else if err != nil {
 			return err
 		}
-		now := o.opts.Now()
+		now := o.opts.Clock.Now()
 		if !m.Released {
 			m.LeaseExpiry = now.Add(o.opts.Duration)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -113,8 +114,8 @@ func TestAReplicaAheadInAnotherHistoryIsReportedDiverged(t *testing.T) {
 	bFromA.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPut, substrate.OpPutIfAbsent, substrate.OpCompareAndSwap},
 		Key: "manifest$", Err: errors.New("b unreachable from A")})
 
-	later := func() time.Time { return time.Now().Add(time.Hour) } // A's lease on b has run out
-	coldOpen(t, bDrv, LeaseOptions{Now: later}, part(0, 4), part(4, 4))
+	later := testclock.NewAt(time.Now().Add(time.Hour)) // A's lease on b has run out
+	coldOpen(t, bDrv, LeaseOptions{Clock: later}, part(0, 4), part(4, 4))
 	if err := a.Commit(ctx, part(0, 2)); err != nil {
 		t.Fatal(err)
 	}

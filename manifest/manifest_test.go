@@ -128,7 +128,7 @@ func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	opts := LeaseOptions{Duration: 30 * time.Second, SkewMargin: 2 * time.Second, Now: c.Now}
+	opts := LeaseOptions{Duration: 30 * time.Second, SkewMargin: 2 * time.Second, Clock: c}
 	a, prev, err := Acquire(ctx, st, "s", "A", opts, nil)
 	if err != nil || a.Epoch() != 1 || prev.Epoch != 0 {
 		t.Fatalf("first acquire: epoch %v, prev %+v, %v", a, prev, err)
@@ -174,7 +174,7 @@ func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Now: c.Now}, nil)
+	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Clock: c}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 			t.Fatalf("after renewal: %v", err)
 		}
 	}
-	if _, _, err := Acquire(ctx, st, "s", "B", LeaseOptions{Now: c.Now}, nil); !errors.Is(err, ErrOwned) {
+	if _, _, err := Acquire(ctx, st, "s", "B", LeaseOptions{Clock: c}, nil); !errors.Is(err, ErrOwned) {
 		t.Fatalf("B while A renews: %v", err)
 	}
 }

@@ -113,7 +113,7 @@ func TestAFailedRenewalNeverStretchesTheLease(t *testing.T) {
 	fd := fault.Wrap(drv, 1)
 	st := NewStore(bucket(t, "auth", fd))
 	t.Cleanup(st.Close)
-	opts := LeaseOptions{Now: clk.Now}
+	opts := LeaseOptions{Clock: clk}
 	o, _, err := Acquire(ctx, st, "s", "A", opts, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -43,6 +44,8 @@ type StoreOptions struct {
 	// CopyTimeout bounds one attempt at copying a manifest to a substrate. A copy
 	// that fails is tried again a second later while the Store is open. Default 10 s.
 	CopyTimeout time.Duration
+	// Clock paces the copies' retries. Default clock.Real.
+	Clock clock.Clock
 	// AuthorityName names the authority in the manifests it fences, the same name
 	// on every engine (as the replicas in a part's locations). Default the
 	// authority Bucket's name.
@@ -57,6 +60,7 @@ func (o *StoreOptions) EnsureDefaults() {
 	if o.CopyTimeout <= 0 {
 		o.CopyTimeout = 10 * time.Second
 	}
+	o.Clock = clock.OrReal(o.Clock)
 }
 
 // NewStore returns a Store over the authority substrate and the copies, with the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
 )
@@ -78,8 +79,9 @@ type Options struct {
 	// FS is the file system of TempDir and of the parts' local files. Default
 	// vfs.Default.
 	FS vfs.FS
-	// Now is the clock of seal-to-durable lag; default time.Now.
-	Now func() time.Time
+	// Clock is the clock of seal-to-durable lag and of the backoff; default
+	// clock.Real.
+	Clock clock.Clock
 	// ObserveLag, if set, receives the seal-to-durable lag of every part sealed in
 	// this process once every target holds it (for a histogram).
 	ObserveLag func(time.Duration)
@@ -115,9 +117,7 @@ func (o *Options) ensureDefaults() {
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 	if o.BackfillRecordDelay == 0 {
 		o.BackfillRecordDelay = time.Second
 	}
@@ -329,11 +329,9 @@ func (u *Uploader) settle(j Job) {
 	if !ok {
 		return
 	}
-	t := time.NewTimer(u.opts.BackfillRecordDelay)
-	defer t.Stop()
 	select {
 	case <-copied:
-	case <-t.C:
+	case <-u.opts.Clock.After(u.opts.BackfillRecordDelay):
 	case <-u.ctx.Done():
 	}
 }
@@ -422,7 +420,7 @@ func (u *Uploader) finish(j Job, err error) error {
 		return err
 	}
 	if !j.Backfill() {
-		lag := u.opts.Now().Sub(j.SealedAt)
+		lag := u.opts.Clock.Now().Sub(j.SealedAt)
 		u.stats.lagMicros.Add(uint64(max(0, lag.Microseconds())))
 		u.stats.durable.Add(1)
 		if u.opts.ObserveLag != nil {
@@ -443,7 +441,7 @@ func (u *Uploader) retry(f func(ctx context.Context) error) error {
 			return err
 		}
 		select {
-		case <-time.After(wait):
+		case <-u.opts.Clock.After(wait):
 		case <-u.ctx.Done():
 			return u.ctx.Err()
 		}

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/manifest"
@@ -36,7 +36,7 @@ type Job struct {
 	// BlockSize and Encoder are the part writer's (see part.Options).
 	BlockSize int
 	Encoder   *zstd.Encoder
-	Now       func() time.Time
+	Clock     clock.Clock
 	// AfterCommit, if set, is told of each committed part and its local file; if it
 	// returns true it takes the file over (to copy it to the other replicas), else
 	// the seal removes it.
@@ -113,7 +113,7 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	}
 	p := manifest.Part{
 		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
-		SealedAt: j.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
+		SealedAt: j.Clock.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
 	}
 	commit := func() error { return j.Owner.Commit(ctx, p) }
 	if inc, from, ok := j.Log.TailFrom(j.Shard, p.Next()); ok {

@@ -3,6 +3,8 @@ package seal
 import (
 	"fmt"
 	"time"
+
+	"github.com/l0store/l0/clock"
 )
 
 // Options configure sealing. The zero value of each field means its default.
@@ -29,9 +31,9 @@ type Options struct {
 	BackoffMin, BackoffMax time.Duration
 	// Concurrency is how many seals run at once. Default 2.
 	Concurrency int
-	// Now is the clock of the age trigger; backoff uses the real clock. Default
-	// time.Now.
-	Now func() time.Time
+	// Clock is the clock of the age trigger, the interval and the backoff.
+	// Default clock.Real.
+	Clock clock.Clock
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -60,9 +62,7 @@ func (o *Options) EnsureDefaults() {
 	if o.Concurrency == 0 {
 		o.Concurrency = 2
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 }
 
 // Validate reports invalid defaulted options.

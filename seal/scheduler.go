@@ -66,10 +66,10 @@ type Scheduler struct {
 // entry is one shard's sealing state.
 type entry struct {
 	t        Target
-	deferred bool      // seal at the next evaluation, whatever the triggers say
-	running  bool      // a seal is in flight
-	stopped  bool      // a seal reported ErrStopped: never again
-	notUntil time.Time // backoff after a failure, by the real clock
+	deferred bool // seal at the next evaluation, whatever the triggers say
+	running  bool // a seal is in flight
+	stopped  bool // a seal reported ErrStopped: never again
+	waiting  bool // backing off after a failure, until its timer clears it
 	backoff  time.Duration
 	cancel   context.CancelFunc // of the seal in flight
 	idle     chan struct{}      // closed when the seal in flight ends
@@ -168,14 +168,12 @@ func (s *Scheduler) Close() {
 
 func (s *Scheduler) loop() {
 	defer close(s.done)
-	t := time.NewTicker(s.opts.Interval)
-	defer t.Stop()
 	for {
 		s.evaluate()
 		select {
 		case <-s.stop:
 			return
-		case <-t.C:
+		case <-s.opts.Clock.After(s.opts.Interval):
 		case <-s.kick:
 		}
 	}
@@ -183,7 +181,7 @@ func (s *Scheduler) loop() {
 
 // evaluate starts the seals that are due.
 func (s *Scheduler) evaluate() {
-	now, real := s.opts.Now(), time.Now()
+	now := s.opts.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type candidate struct {
@@ -197,7 +195,7 @@ func (s *Scheduler) evaluate() {
 		bytes, oldest := e.t.Unsealed()
 		total += bytes
 		all = append(all, candidate{id, e, bytes})
-		if e.stopped || e.running || s.mu.paused[id] || real.Before(e.notUntil) {
+		if e.stopped || e.running || s.mu.paused[id] || e.waiting {
 			continue
 		}
 		deferred := e.deferred
@@ -214,7 +212,7 @@ func (s *Scheduler) evaluate() {
 			break
 		}
 		total -= c.bytes
-		if !c.e.stopped && !c.e.running && !s.mu.paused[c.id] && !real.Before(c.e.notUntil) && c.bytes > 0 {
+		if !c.e.stopped && !c.e.running && !s.mu.paused[c.id] && !c.e.waiting && c.bytes > 0 {
 			s.startLocked(c.id, c.e, c.bytes)
 		}
 	}
@@ -264,11 +262,16 @@ func (s *Scheduler) finished(e *entry, res Result, err error) {
 		// have restarted at an open, and the retry must not wait for it.
 		e.deferred = true
 		e.backoff = min(max(2*e.backoff, s.opts.BackoffMin), s.opts.BackoffMax)
-		e.notUntil = time.Now().Add(e.backoff)
-		time.AfterFunc(e.backoff, s.Kick)
+		e.waiting = true
+		s.opts.Clock.AfterFunc(e.backoff, func() {
+			s.mu.Lock()
+			e.waiting = false
+			s.mu.Unlock()
+			s.Kick()
+		})
 		return
 	}
-	e.backoff, e.notUntil = 0, time.Time{}
+	e.backoff = 0
 	if res.Cut {
 		e.deferred = true // the rest seals at the next evaluation
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/wal"
@@ -26,9 +25,9 @@ import (
 // or a context done before the batch was committed. Once committed, the call waits
 // for the sync even if ctx ends meanwhile, so a nil error always means durable.
 func (s *Shard) Append(ctx context.Context, recs ...[]byte) (uint64, error) {
-	start := time.Now()
+	start := s.cfg.Clock.Now()
 	first, bytes, err := s.append(ctx, recs)
-	s.cfg.Observer.ObserveAppend(len(recs), bytes, time.Since(start), err)
+	s.cfg.Observer.ObserveAppend(len(recs), bytes, s.cfg.Clock.Now().Sub(start), err)
 	return first, err
 }
 

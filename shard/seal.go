@@ -28,7 +28,7 @@ func (s *Shard) job() seal.Job {
 	first := s.cfg.Replicas.First()
 	return seal.Job{
 		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: first.Bucket, Replica: first.Name,
-		Dir: s.cfg.PartsDir, FS: s.cfg.FS, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Now: s.cfg.Now,
+		Dir: s.cfg.PartsDir, FS: s.cfg.FS, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Clock: s.cfg.Clock,
 		AfterCommit: s.cfg.AfterCommit, Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts,
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -87,7 +88,7 @@ type Config struct {
 	MaxRecordSize int
 	MaxBatchBytes int
 	Observer      Observer
-	Now           func() time.Time
+	Clock         clock.Clock
 	// OnClose runs once, when the shard has closed or retired, with the parts whose
 	// commit had an unknown outcome that it could not settle: each may be in the
 	// manifest without its copies (a backfill repairs that).
@@ -117,7 +118,7 @@ func Open(id string, cfg Config, armed bool) (*Shard, error) {
 		return nil, err
 	}
 	if cfg.Log == nil || cfg.Owner == nil || cfg.Replicas == nil || cfg.Sealer == nil || cfg.Observer == nil ||
-		cfg.OnClose == nil || cfg.Now == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
+		cfg.OnClose == nil || cfg.Clock == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
 	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch()}

@@ -284,8 +284,8 @@ func TestAFencedEngineAcknowledgesNothingFromItsOldStream(t *testing.T) {
 			lease := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
 			clkA, clkB := testclock.New(), testclock.New()
 			clkB.Advance(lease.Duration + lease.SkewMargin + time.Second)
-			eA := machine(t, client(t), engine.Options{Now: clkA.Now, Lease: lease, RenewEvery: time.Second})
-			eB := machine(t, client(t), engine.Options{Now: clkB.Now, Lease: lease, RenewEvery: time.Second})
+			eA := machine(t, client(t), engine.Options{Clock: clkA, Lease: lease, RenewEvery: time.Second})
+			eB := machine(t, client(t), engine.Options{Clock: clkB, Lease: lease, RenewEvery: time.Second})
 			x, err := eA.OpenShard(ctx, "x")
 			if err != nil {
 				t.Fatal(err)

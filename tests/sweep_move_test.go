@@ -65,7 +65,7 @@ func sweepMove(t *testing.T, i int, retire, ambiguous bool) bool {
 	machine := func(b *substrate.Bucket, ahead time.Duration) engine.Options {
 		clk := testclock.New()
 		clk.Advance(ahead)
-		return engine.Options{Dir: t.TempDir(), Bucket: b, Now: clk.Now, Lease: lease, RenewEvery: time.Second,
+		return engine.Options{Dir: t.TempDir(), Bucket: b, Clock: clk, Lease: lease, RenewEvery: time.Second,
 			Seal: seal.Options{SizeBytes: 1 << 40, Interval: 5 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond},
 			Tail: engine.TailOptions{Interval: time.Millisecond, Retry: 5 * time.Millisecond}}
 	}

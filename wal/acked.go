@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -145,13 +144,11 @@ func (l *Log) marks() map[string]mark {
 // until stop is closed.
 func (l *Log) syncMarks(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(l.opts.AckedInterval)
-	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-l.opts.Clock.After(l.opts.AckedInterval):
 			if err := l.writeMarksIfChanged(); err != nil {
 				l.opts.Logger.Error("wal: writing the acknowledged watermark", "err", err)
 			}

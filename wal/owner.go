@@ -100,7 +100,7 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 	if err := dropBatch(b, shard, pagesEnd(shard), sealed); err != nil {
 		return err
 	}
-	now := l.opts.Now()
+	now := l.opts.Clock.Now()
 	next, pages, payload := sealed, 0, uint64(0)
 	for len(recs) > 0 {
 		// Pages as large as an append's: a tail section can hold many appends.

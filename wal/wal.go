@@ -19,6 +19,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/tail"
 )
 
@@ -34,8 +35,9 @@ type Options struct {
 	// default, a steady stream of synced commits piles up L0 files and compaction
 	// debt caps throughput.
 	MemTableSize uint64
-	// Now is the clock stamped on pages. Default time.Now.
-	Now func() time.Time
+	// Clock is the clock stamped on pages and the watermark's pace. Default
+	// clock.Real.
+	Clock clock.Clock
 	// AckedInterval is how often, at most, the acknowledged watermark is rewritten
 	// while the log changes (see the l0-acked file in doc.go). Acknowledged records
 	// whose loss inside pebble's last log file goes undetected are at most those of
@@ -52,9 +54,7 @@ func (o *Options) EnsureDefaults() {
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 64 << 20
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 	if o.AckedInterval == 0 {
 		o.AckedInterval = 100 * time.Millisecond
 	}
@@ -356,7 +356,7 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		return 0, fmt.Errorf("wal: shard %q: %w", shard, err)
 	}
 	first := st.mu.next
-	now := l.opts.Now()
+	now := l.opts.Clock.Now()
 	op := b.SetDeferred(len(key), vlen)
 	binary.BigEndian.PutUint64(key[len(key)-8:], first)
 	copy(op.Key, key)

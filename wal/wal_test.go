@@ -12,6 +12,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/goleak"
+
+	"github.com/l0store/l0/clock"
+	"github.com/l0store/l0/internal/testclock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -92,11 +95,11 @@ func TestAppendAssignsDenseOffsetsAndReadsFromAnyOffset(t *testing.T) {
 
 func TestStateSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	clock := time.Unix(1700000000, 0)
-	l := open(t, dir, Options{Now: func() time.Time { return clock }})
+	clk := testclock.New()
+	l := open(t, dir, Options{Clock: clk})
 	ctx := t.Context()
 	l.Append(ctx, "a", 0, recs("a", 4))
-	clock = clock.Add(time.Second)
+	clk.Advance(time.Second)
 	l.Append(ctx, "a", 0, [][]byte{[]byte("12345")})
 	l.Append(ctx, "b", 0, recs("b", 2))
 	before := l.Info("a")
@@ -106,7 +109,7 @@ func TestStateSurvivesReopen(t *testing.T) {
 	l = open(t, dir, Options{})
 	defer l.Close()
 	after := l.Info("a")
-	if after != before || after.Next != 5 || after.Pages != 2 || after.UnsealedBytes != 4*3+5 || !after.Oldest.Equal(time.Unix(1700000000, 0)) {
+	if after != before || after.Next != 5 || after.Pages != 2 || after.UnsealedBytes != 4*3+5 || !after.Oldest.Equal(testclock.New().Now()) {
 		t.Fatalf("after reopen %+v, before %+v", after, before)
 	}
 	if got := l.Shards(); fmt.Sprint(got) != "[a b]" {
@@ -343,15 +346,8 @@ func TestBadCallsChangeNothing(t *testing.T) {
 // time must be the first page's, also when appends land while a truncation counts.
 func TestTruncationsBesideAppendsKeepTheCountsAReopenFinds(t *testing.T) {
 	dir := t.TempDir()
-	var clock sync.Mutex
-	tick := time.Unix(1_700_000_000, 0)
-	now := func() time.Time {
-		clock.Lock()
-		defer clock.Unlock()
-		tick = tick.Add(time.Millisecond)
-		return tick
-	}
-	l := open(t, dir, Options{Now: now})
+	now := &ticking{Clock: clock.Real, at: time.Unix(1_700_000_000, 0)}
+	l := open(t, dir, Options{Clock: now})
 	ctx := t.Context()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -409,7 +405,7 @@ func TestTruncationsBesideAppendsKeepTheCountsAReopenFinds(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l = open(t, dir, Options{Now: now})
+	l = open(t, dir, Options{Clock: now})
 	defer l.Close()
 	after := l.Info("s")
 	if before.Floor != after.Floor || before.Next != after.Next || before.Pages != after.Pages ||
@@ -419,4 +415,18 @@ func TestTruncationsBesideAppendsKeepTheCountsAReopenFinds(t *testing.T) {
 	if got := readAll(t, l, "s", after.Floor); uint64(len(got)) != after.Next-after.Floor {
 		t.Fatalf("%d records from the floor %d, want %d", len(got), after.Floor, after.Next-after.Floor)
 	}
+}
+
+// ticking is a clock that moves a millisecond at each reading.
+type ticking struct {
+	clock.Clock // timers
+	mu          sync.Mutex
+	at          time.Time
+}
+
+func (c *ticking) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = c.at.Add(time.Millisecond)
+	return c.at
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/l0store/l0/clock"
 )
 
 // ErrClosed reports a flusher closed before a page it was given was shipped.
@@ -22,8 +24,8 @@ type FlushOptions struct {
 	// Retry is the wait before a flush whose put failed is put again. Default
 	// 100 ms.
 	Retry time.Duration
-	// Now is the clock of Interval. Default time.Now.
-	Now func() time.Time
+	// Clock is the clock of Interval and Retry. Default clock.Real.
+	Clock clock.Clock
 	// Shipped, if set, is told of each object shipped, from the flusher's own
 	// goroutine: it must not block.
 	Shipped func(ShipInfo)
@@ -49,9 +51,7 @@ func (o *FlushOptions) ensureDefaults() {
 	if o.Retry <= 0 {
 		o.Retry = 100 * time.Millisecond
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 }
 
 // FlushStats count what a flusher did.
@@ -149,7 +149,7 @@ func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
 // per shard. A page no object can hold (see Encode) fails its ticket with
 // ErrInvalid at once, and nothing else.
 func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket {
-	t := &Ticket{done: make(chan struct{}), given: f.opts.Now()}
+	t := &Ticket{done: make(chan struct{}), given: f.opts.Clock.Now()}
 	if err := checkPage(shard, first, recs); err != nil {
 		t.err = err
 		close(t.done)
@@ -164,7 +164,7 @@ func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket 
 	}
 	b := f.current()
 	if len(b.tickets) == 0 {
-		b.added = f.opts.Now()
+		b.added = f.opts.Clock.Now()
 	}
 	i, ok := b.index[shard]
 	if ok && (b.sections[i].Epoch != epoch || b.sections[i].First+uint64(len(b.sections[i].Records)) != first) {
@@ -277,7 +277,7 @@ func (f *Flusher) WaitRoom(ctx context.Context, maxBytes int, maxAge time.Durati
 			return err
 		}
 		full := maxBytes > 0 && st.Pending >= maxBytes
-		old := maxAge > 0 && !st.Oldest.IsZero() && f.opts.Now().Sub(st.Oldest) >= maxAge
+		old := maxAge > 0 && !st.Oldest.IsZero() && f.opts.Clock.Now().Sub(st.Oldest) >= maxAge
 		if !full && !old {
 			return nil
 		}
@@ -338,7 +338,9 @@ func (f *Flusher) stop(err error) {
 
 func (f *Flusher) loop() {
 	defer close(f.done)
-	var last time.Time // when the previous flush started
+	// paced receives once Interval has passed since the previous flush started;
+	// nil once it did, or before the first flush.
+	var paced <-chan time.Time
 	for {
 		f.mu.Lock()
 		var b *batch
@@ -359,9 +361,10 @@ func (f *Flusher) loop() {
 			}
 			continue
 		}
-		if wait := f.opts.Interval - f.opts.Now().Sub(last); wait > 0 && !full && !closing {
+		if paced != nil && !full && !closing {
 			select {
-			case <-time.After(wait):
+			case <-paced:
+				paced = nil
 			case <-f.wake:
 			case <-f.ctx.Done():
 			}
@@ -373,7 +376,7 @@ func (f *Flusher) loop() {
 			f.next()
 		}
 		f.mu.Unlock()
-		last = f.opts.Now()
+		paced = f.opts.Clock.After(f.opts.Interval)
 		if err := f.ship(b); err != nil {
 			f.stop(err)
 			return
@@ -385,7 +388,7 @@ func (f *Flusher) loop() {
 // tickets. It returns ErrFenced once the stream was fenced, and ErrClosed once
 // Close gave up waiting.
 func (f *Flusher) ship(b *batch) error {
-	start := f.opts.Now()
+	start := f.opts.Clock.Now()
 	for {
 		seq, err := f.stream.Put(f.ctx, b.sections)
 		f.mu.Lock()
@@ -396,7 +399,7 @@ func (f *Flusher) ship(b *batch) error {
 			f.mu.stats.Puts++
 			f.mu.stats.Bytes += uint64(b.bytes)
 			f.mu.stats.Pending -= b.bytes
-			now := f.opts.Now()
+			now := f.opts.Clock.Now()
 			var waited []time.Duration
 			if f.opts.Shipped != nil {
 				waited = make([]time.Duration, len(b.tickets))
@@ -428,7 +431,7 @@ func (f *Flusher) ship(b *batch) error {
 			return ErrClosed
 		}
 		select {
-		case <-time.After(f.opts.Retry):
+		case <-f.opts.Clock.After(f.opts.Retry):
 		case <-f.ctx.Done():
 			return ErrClosed
 		}
