@@ -12,11 +12,21 @@ test: vet
 	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5s ./internal/part/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeWithValidChecksums -fuzztime 5s ./internal/part/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5s ./internal/tail/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5s ./manifest/
+	$(GO) test -run '^$$' -fuzz FuzzDamagedManifest -fuzztime 5s ./manifest/
+	$(GO) test -run '^$$' -fuzz FuzzDecodePage -fuzztime 5s ./wal/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMarks -fuzztime 5s ./wal/
 
-# The part and tail decoders' fuzz targets for longer than make test's 5 s.
+# Every decoder's fuzz target (part, tail, manifest, WAL page and watermark), 5 m
+# each instead of make test's 5 s.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5m ./internal/part/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeWithValidChecksums -fuzztime 5m ./internal/part/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5m ./internal/tail/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5m ./manifest/
+	$(GO) test -run '^$$' -fuzz FuzzDamagedManifest -fuzztime 5m ./manifest/
+	$(GO) test -run '^$$' -fuzz FuzzDecodePage -fuzztime 5m ./wal/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMarks -fuzztime 5m ./wal/
 
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi

@@ -191,6 +191,8 @@ func (m Manifest) Validate() error {
 		switch {
 		case p.Key == "" || p.Count == 0:
 			return fmt.Errorf("%w: shard %q part %d: key %q, %d records", ErrCorrupt, m.Shard, i, p.Key, p.Count)
+		case p.Next() < p.First:
+			return fmt.Errorf("%w: shard %q part %d: %d records from %d pass the largest offset", ErrCorrupt, m.Shard, i, p.Count, p.First)
 		case i > 0 && p.First != m.Parts[i-1].Next():
 			return fmt.Errorf("%w: shard %q part %d starts at %d, after %d", ErrCorrupt, m.Shard, i, p.First, m.Parts[i-1].Next())
 		}

@@ -70,11 +70,13 @@ func decodeMarks(b []byte) (map[string]mark, error) {
 		return nil, corrupt(fmt.Sprintf("unknown version %d", v))
 	}
 	n := binary.BigEndian.Uint32(b[len(ackedMagic)+1:])
-	if n > maxAckedCount {
-		return nil, corrupt(fmt.Sprintf("%d shards", n))
+	rest := body[head:]
+	// An entry takes at least 17 bytes (a one-byte length, an empty id, two
+	// uint64s): a count the bytes cannot hold is damage, found before allocating.
+	if n > maxAckedCount || uint64(n) > uint64(len(rest))/17 {
+		return nil, corrupt(fmt.Sprintf("%d shards in %d bytes", n, len(rest)))
 	}
 	marks := make(map[string]mark, n)
-	rest := body[head:]
 	for range n {
 		l, k := binary.Uvarint(rest)
 		if k <= 0 || l > uint64(len(rest)-k) || uint64(len(rest)-k)-l < 16 {

@@ -184,8 +184,10 @@ func decodePage(shard string, first uint64, v []byte) (Page, error) {
 	if got := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, body); got != want {
 		return Page{}, corrupt(fmt.Sprintf("checksum %08x, want %08x", got, want))
 	}
-	recs := make([][]byte, 0, h.count)
 	rest := body[pageHeaderLen:]
+	// Each record takes at least its one-byte length: a count the bytes cannot hold
+	// must not size the allocation.
+	recs := make([][]byte, 0, min(h.count, len(rest)))
 	var payload uint64
 	for range h.count {
 		n, l := binary.Uvarint(rest)
