@@ -24,7 +24,10 @@ type Record struct {
 // sealed parts the manifest names, then the pages still in the WAL, with seamless
 // offsets. Values are the caller's to keep. A from past the last record yields
 // nothing. A part that cannot be read, or fails its checks, ends the iteration with
-// an error naming it: never a shorter history without one.
+// an error naming it: never a shorter history without one. Only the owner knows
+// the history's end, so a read through a handle whose lease has lapsed, before it
+// starts or by the time it reaches the end, ends with ErrFenced: another owner may
+// have appended since.
 func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		s.mu.RLock()
@@ -36,6 +39,10 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 		}
 		next := from
 		fail := func(err error) { yield(Record{}, fmt.Errorf("shard %q: read from %d: %w", s.id, from, err)) }
+		if err := s.cfg.Owner.Valid(); err != nil {
+			fail(err)
+			return
+		}
 		// A seal may commit and truncate the WAL between reading the manifest and
 		// reading the pages; then the pages are in a part of the newer manifest
 		// (a seal publishes before it truncates), and the read goes on there. It
@@ -59,6 +66,8 @@ func (s *Shard) Read(ctx context.Context, from uint64) iter.Seq2[Record, error] 
 				continue
 			} else if err != nil {
 				fail(err)
+			} else if err := s.cfg.Owner.Valid(); err != nil {
+				fail(fmt.Errorf("the end at %d may not be the history's: %w", next, err))
 			}
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -124,6 +125,9 @@ func keepObject(ctx context.Context, b *substrate.Bucket, o Stored, incarnation 
 		return true, fmt.Errorf("tail: collect %s: %w", o.Key, corrupt(o.Size, "the index names sequence %d of incarnation %d", ix.Sequence, ix.Incarnation))
 	}
 	for _, e := range ix.Entries {
+		if broken.Is(broken.CollectNeeded) {
+			break
+		}
 		if keep, err := needed(o.Sequence, e); err != nil || keep {
 			return true, err
 		}

@@ -1,0 +1,298 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
+)
+
+// kinds of step, with their weights out of 100.
+var kinds = []struct {
+	name   string
+	weight int
+}{
+	{"burst", 52},    // appends and reads at once, on any machines
+	{"open", 12},     // a machine opens a shard (a move, if another has it)
+	{"seal", 5},      // a machine seals a shard it has open
+	{"close", 5},     // a cooperative close: seal, release
+	{"retire", 3},    // a lag move: release with the backlog in the tail
+	{"crash", 4},     // power loss and restart on what was synced
+	{"partition", 5}, // all of a machine's object-store calls fail, or heal
+	{"flaky", 4},     // slow and ambiguous object-store calls on a machine, or none
+	{"time", 6},      // every clock jumps past the leases
+	{"tick", 3},      // every clock moves a little
+	{"corrupt", 1},   // a byte of a part object flips
+}
+
+// draw is everything the seed decides about one step, drawn whether or not it
+// applies, so that the schedule does not depend on outcomes.
+type draw struct {
+	kind           string
+	machine, shard int
+	n              int // records, or a burst's size
+	x              uint64
+	burst          []draw
+}
+
+func (w *world) drawOne() draw {
+	d := draw{machine: w.rng.IntN(len(w.machines)), shard: w.rng.IntN(len(w.shards)), n: 1 + w.rng.IntN(4), x: w.rng.Uint64()}
+	r := w.rng.IntN(100)
+	for _, k := range kinds {
+		if r < k.weight {
+			d.kind = k.name
+			break
+		}
+		r -= k.weight
+	}
+	if d.kind == "" {
+		d.kind = "tick"
+	}
+	if d.kind == "burst" {
+		for range d.n {
+			b := draw{kind: "append", machine: w.rng.IntN(len(w.machines)), shard: w.rng.IntN(len(w.shards)), n: 1 + w.rng.IntN(3), x: w.rng.Uint64()}
+			if b.x%4 == 0 {
+				b.kind = "read"
+			}
+			d.burst = append(d.burst, b)
+		}
+	}
+	return d
+}
+
+func (w *world) step(i int) {
+	d := w.drawOne()
+	m, id := w.machines[d.machine], w.shards[d.shard]
+	switch d.kind {
+	case "burst":
+		w.burst(i, d.burst)
+	case "open":
+		w.openShard(m, id)
+	case "seal":
+		w.withShard(m, id, "seal", func(ctx context.Context) error {
+			_, err := m.open[id].Seal(ctx, 1<<20)
+			return err
+		})
+	case "close":
+		w.release(m, id, "close", false)
+	case "retire":
+		w.release(m, id, "retire", true)
+	case "crash":
+		w.crash(m, int(d.x%3)*40)
+	case "partition":
+		w.partition(m)
+	case "flaky":
+		w.flaky(m, d.x)
+	case "time":
+		w.advance(leaseDuration + skewMargin + time.Second)
+	case "tick":
+		w.advance(time.Duration(d.x%200) * time.Millisecond)
+	case "corrupt":
+		w.corrupt(d.x)
+	}
+	w.o.checkStep()
+}
+
+// burst runs appends and reads at once and waits for them.
+func (w *world) burst(step int, ds []draw) {
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		// An append or read goes to one of the machines that have the shard open
+		// (the x-th, in name order); where none has, the drawn machine opens it.
+		id := w.shards[d.shard]
+		var holders []*machine
+		for _, m := range w.machines {
+			if m.e != nil && m.open[id] != nil {
+				holders = append(holders, m)
+			}
+		}
+		if len(holders) == 0 {
+			w.openShard(w.machines[d.machine], id)
+			continue
+		}
+		m := holders[d.x%uint64(len(holders))]
+		sh := m.open[id]
+		w.res.Ops++
+		switch d.kind {
+		case "append":
+			recs := w.newRecords(id, d.n)
+			wg.Go(func() { w.o.append(m, sh, id, recs) })
+		case "read":
+			from := (d.x >> 8) % 16
+			wg.Go(func() { w.o.read(m, sh, id, from) })
+		}
+	}
+	wg.Wait()
+}
+
+// newRecords names n new records of shard id: unique, so a record read back
+// tells which append wrote it.
+func (w *world) newRecords(id string, n int) [][]byte {
+	recs := make([][]byte, n)
+	for i := range recs {
+		w.records++
+		recs[i] = fmt.Appendf(nil, "%s/r%d/%s", id, w.records, bytes.Repeat([]byte{'.'}, w.records%300))
+	}
+	return recs
+}
+
+func (w *world) openShard(m *machine, id string) {
+	if m.e == nil || m.open[id] != nil {
+		w.tracef("open %s on %s: skipped", id, m.name)
+		return
+	}
+	w.res.Ops++
+	ctx, cancel := context.WithTimeout(context.Background(), 3*opTimeout)
+	defer cancel()
+	sh, err := m.e.OpenShard(ctx, id)
+	if err != nil {
+		w.tracef("open %s on %s: %v", id, m.name, err)
+		if errors.Is(err, engine.ErrTailMissing) && !w.o.damaged[id] {
+			w.violate("open %s on %s: the tail it needs is gone: %v", id, m.name, err)
+		}
+		return
+	}
+	m.open[id] = sh
+	w.o.opened(m, sh, id)
+	w.tracef("open %s on %s: epoch %d, next %d, sealed %d", id, m.name, sh.Info().Epoch, sh.Info().Next, sh.Info().Sealed)
+}
+
+// withShard runs an operation on a shard m has open.
+func (w *world) withShard(m *machine, id, what string, f func(ctx context.Context) error) {
+	if m.e == nil || m.open[id] == nil {
+		w.tracef("%s %s on %s: skipped, not open", what, id, m.name)
+		return
+	}
+	w.res.Ops++
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	err := f(ctx)
+	w.tracef("%s %s on %s: %v", what, id, m.name, errOrOK(err))
+}
+
+func (w *world) release(m *machine, id, what string, retire bool) {
+	w.withShard(m, id, what, func(ctx context.Context) error {
+		sh := m.open[id]
+		delete(m.open, id) // closed or not, the handle is done
+		if retire {
+			return sh.Retire(ctx)
+		}
+		return sh.Close(ctx)
+	})
+}
+
+func (w *world) crash(m *machine, unsynced int) {
+	if m.e == nil {
+		return
+	}
+	w.res.Faults["crash"]++
+	w.tracef("crash %s: power lost, %d%% of unsynced writes kept", m.name, unsynced)
+	w.down(m, unsynced)
+	if err := w.boot(m); err != nil {
+		w.tracef("restart %s: %v", m.name, err)
+		if !errors.Is(err, engine.ErrTailMissing) || !w.anyDamage() {
+			w.violate("%s does not reopen after a power loss: %v", m.name, err)
+		}
+		return
+	}
+	w.tracef("restart %s: up", m.name)
+}
+
+func (w *world) partition(m *machine) {
+	if m.e == nil {
+		return
+	}
+	m.partitioned = !m.partitioned
+	if m.partitioned {
+		w.res.Faults["partition"]++
+		m.client.SetRules(fault.Rule{Err: errPartitioned})
+		w.tracef("partition %s from the object store", m.name)
+		return
+	}
+	m.client.SetRules()
+	m.faults = ""
+	w.tracef("heal %s", m.name)
+}
+
+// flaky makes a third of m's calls slow, a tenth of its writes ambiguous (done,
+// reported failed), or heals it.
+func (w *world) flaky(m *machine, x uint64) {
+	if m.e == nil || m.partitioned {
+		return
+	}
+	writes := []substrate.Op{substrate.OpPut, substrate.OpPutIfAbsent, substrate.OpCompareAndSwap, substrate.OpDelete}
+	switch x % 3 {
+	case 0:
+		m.faults = "slow"
+		m.client.SetRules(fault.Rule{Probability: 0.3, Latency: 20 * time.Millisecond})
+	case 1:
+		m.faults = "ambiguous"
+		m.client.SetRules(fault.Rule{Ops: writes, Probability: 0.1, Err: errors.New("sim: lost reply"), Ambiguous: true})
+	default:
+		m.faults = ""
+		m.client.SetRules()
+	}
+	if m.faults != "" {
+		w.res.Faults[m.faults]++
+	}
+	w.tracef("%s calls: %q", m.name, m.faults)
+}
+
+// advance moves every clock by d, together: their skews stay within the margin.
+func (w *world) advance(d time.Duration) {
+	if d >= leaseDuration {
+		w.res.Faults["lease expiry"]++
+	}
+	for _, m := range w.machines {
+		m.clock.Advance(d)
+	}
+	w.tracef("clocks +%s", d)
+}
+
+// corrupt flips a byte of one of the store's part objects.
+func (w *world) corrupt(x uint64) {
+	ctx := context.Background()
+	b, err := substrate.New(w.store, substrate.Options{Name: "admin"})
+	if err != nil {
+		w.violate("admin bucket: %v", err)
+		return
+	}
+	defer b.Close()
+	var keys []string
+	for a, err := range b.ListAll(ctx, "") {
+		if err == nil && a.Size > 0 && isPart(a.Key) {
+			keys = append(keys, a.Key)
+		}
+	}
+	if len(keys) == 0 {
+		w.tracef("corrupt: no part yet")
+		return
+	}
+	key := keys[x%uint64(len(keys))]
+	data, _, err := b.Get(ctx, key)
+	if err != nil {
+		w.tracef("corrupt %s: %v", key, err)
+		return
+	}
+	data[int(x>>8)%len(data)] ^= 0x5a
+	if _, err := b.Put(ctx, key, bytes.NewReader(data)); err != nil {
+		w.tracef("corrupt %s: %v", key, err)
+		return
+	}
+	w.res.Faults["corrupt"]++
+	w.o.damage(key)
+	w.tracef("corrupt %s", key)
+}
+
+func errOrOK(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
