@@ -18,16 +18,16 @@ var kinds = []struct {
 	name   string
 	weight int
 }{
-	{"burst", 52},    // appends and reads at once, on any machines
-	{"open", 12},     // a machine opens a shard (a move, if another has it)
+	{"burst", 48},    // appends and reads at once, on any machines
+	{"open", 10},     // a machine opens a shard (a move, if another has it)
 	{"seal", 5},      // a machine seals a shard it has open
 	{"close", 5},     // a cooperative close: seal, release
-	{"retire", 3},    // a lag move: release with the backlog in the tail
+	{"retire", 6},    // a lag move: release with the backlog in the tail
 	{"crash", 4},     // power loss and restart on what was synced
 	{"partition", 5}, // all of a machine's object-store calls fail, or heal
 	{"flaky", 4},     // slow and ambiguous object-store calls on a machine, or none
 	{"time", 6},      // every clock jumps past the leases
-	{"tick", 3},      // every clock moves a little
+	{"tick", 6},      // every clock moves a little
 	{"corrupt", 1},   // a byte of a part object flips
 }
 
@@ -92,7 +92,7 @@ func (w *world) step(i int) {
 	case "time":
 		w.advance(leaseDuration + skewMargin + time.Second)
 	case "tick":
-		w.advance(time.Duration(d.x%200) * time.Millisecond)
+		w.advance(time.Duration(d.x%500) * time.Millisecond)
 	case "corrupt":
 		w.corrupt(d.x)
 	}
@@ -113,7 +113,13 @@ func (w *world) burst(step int, ds []draw) {
 			}
 		}
 		if len(holders) == 0 {
-			w.openShard(w.machines[d.machine], id)
+			// A third of the time: a shard left unopened for a while lets its
+			// tail age, where collection could reach it.
+			if d.x%3 == 0 {
+				w.openShard(w.machines[d.machine], id)
+			} else {
+				w.tracef("%s %s: skipped, no machine has it open", d.kind, id)
+			}
 			continue
 		}
 		m := holders[d.x%uint64(len(holders))]

@@ -181,7 +181,7 @@ func (m *machine) options() engine.Options {
 		Seal: seal.Options{SizeBytes: 2 << 10, Age: 2 * time.Second, Interval: 5 * time.Millisecond,
 			BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 		Tail: engine.TailOptions{Interval: 2 * time.Millisecond, Retry: 5 * time.Millisecond,
-			CollectEvery: 20 * time.Millisecond, CollectAfter: 200 * time.Millisecond,
+			CollectEvery: 20 * time.Millisecond, CollectAfter: 50 * time.Millisecond,
 			MaxUnshippedBytes: maxUnshipped, MaxUnshippedAge: 500 * time.Millisecond},
 		Upload: replica.Options{BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 	}
@@ -224,6 +224,8 @@ func (w *world) down(m *machine, unsynced int) {
 func (w *world) shutdown() {
 	for _, m := range w.machines {
 		if m.e != nil {
+			mt := m.e.Metrics()
+			w.tracef("%s: %d tail objects put, %d collected, %d fences written", m.name, mt.TailPuts, mt.TailObjectsCollected, mt.FencesWritten)
 			m.client.SetRules()
 			m.e.Close()
 			m.bucket.Close()
