@@ -249,8 +249,6 @@ func (o *oracle) damage(key string) {
 	}
 }
 
-func (o *oracle) checkStep() {}
-
 func isPart(key string) bool {
 	rest, ok := strings.CutPrefix(key, "shards/")
 	return ok && strings.Contains(rest, "/parts/")

@@ -96,7 +96,7 @@ func (w *world) step(i int) {
 	case "corrupt":
 		w.corrupt(d.x)
 	}
-	w.o.checkStep()
+	w.tails.check(w)
 }
 
 // burst runs appends and reads at once and waits for them.

@@ -2,9 +2,16 @@ package sim
 
 import (
 	"flag"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/l0store/l0/internal/broken"
 )
 
 var (
@@ -47,5 +54,37 @@ func run(t *testing.T, seed uint64) {
 	}
 	if testing.Verbose() && *seedFlag != 0 {
 		t.Log(r.Report())
+	}
+}
+
+// TestTheSimulationCatchesEachBrokenGuard builds the engine with the l0broken
+// tag and, for each of the guards the promises rest on, switches it off and runs
+// the fixed seeds: one of them must report a broken promise.
+func TestTheSimulationCatchesEachBrokenGuard(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "sim-broken.test")
+	if out, err := exec.Command("go", "test", "-c", "-tags", "l0broken", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build the broken engine: %v\n%s", err, out)
+	}
+	for _, g := range broken.Guards {
+		caught := false
+		for _, seed := range fixedSeeds {
+			cmd := exec.Command(bin, "-test.run", "^TestSimulationHoldsTheInvariants$", "-test.count=1", fmt.Sprintf("-sim.seed=%d", seed))
+			cmd.Env = append(os.Environ(), "L0_BROKEN="+string(g))
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				continue
+			}
+			_, violation, ok := strings.Cut(string(out), "VIOLATION: ")
+			if !ok {
+				t.Fatalf("%s, seed %d: the run failed without naming a broken promise:\n%s", g, seed, out)
+			}
+			line, _, _ := strings.Cut(violation, "\n")
+			t.Logf("%s: caught by seed %d: %s", g, seed, line)
+			caught = true
+			break
+		}
+		if !caught {
+			t.Errorf("with %s switched off, every fixed seed passed", g)
+		}
 	}
 }

@@ -91,6 +91,7 @@ type world struct {
 	machines []*machine
 	shards   []string
 	o        *oracle
+	tails    *tails
 	res      *Result
 	start    time.Time
 	dead     sync.WaitGroup // engines of crashed machines, closing
@@ -131,6 +132,11 @@ func Run(cfg Config) *Result {
 		res: &Result{Seed: cfg.Seed, Faults: map[string]int{}},
 	}
 	w.o = newOracle(w)
+	var err error
+	if w.tails, err = newTails(w); err != nil {
+		w.violate("observer: %v", err)
+		return w.res
+	}
 	for i := range cfg.Shards {
 		w.shards = append(w.shards, fmt.Sprintf("s%d", i))
 	}
@@ -232,6 +238,7 @@ func (w *world) shutdown() {
 		}
 	}
 	w.dead.Wait()
+	w.tails.b.Close()
 }
 
 // slowSyncs gives a machine's syncs the moment a disk takes: a write acknowledged
