@@ -5,7 +5,7 @@ GO ?= go
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
-.PHONY: test vet emulators bench bench-substrate crash fuzz
+.PHONY: test vet emulators bench bench-substrate crash fuzz sim
 
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
@@ -49,3 +49,14 @@ bench-substrate:
 # The kill -9 campaign: hundreds of kill points instead of make test's 20.
 crash:
 	$(GO) test -count=1 -timeout 60m -run 'TestKilled|TestAKilled|TestLocalMode' ./tests/ -args -kills 400
+
+# The simulation for SIM_TIME (default 10 minutes) of fresh random seeds, or for
+# SIM_SEEDS seeds, after the fixed ones make test runs; each seed prints, and a
+# failure prints its trace and the command that replays it.
+ifeq ($(SIM_SEEDS),)
+SIM_TIME ?= 10m
+endif
+SIM_SEEDS ?= 0
+SIM_TIME ?= 0s
+sim:
+	$(GO) test -count=1 -timeout 0 -v -run 'TestSimulationHoldsTheInvariants$$' ./internal/sim/ -args -sim.time $(SIM_TIME) -sim.seeds $(SIM_SEEDS)

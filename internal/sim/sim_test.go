@@ -27,12 +27,17 @@ var fixedSeeds = []uint64{1, 2, 3, 4, 5, 6}
 // TestSimulationHoldsTheInvariants runs the fixed seeds, then fresh random ones
 // (printed, so that a failure replays), or the seed given with -sim.seed.
 func TestSimulationHoldsTheInvariants(t *testing.T) {
+	var total tally
+	defer func() {
+		t.Logf("%d seeds, %d steps, %d operations in %s; faults %v", total.seeds, total.steps, total.ops, time.Since(total.start).Round(time.Second), total.faults)
+	}()
+	total.start, total.faults = time.Now(), map[string]int{}
 	if *seedFlag != 0 {
-		run(t, *seedFlag)
+		run(t, *seedFlag, &total)
 		return
 	}
 	for _, s := range fixedSeeds {
-		run(t, s)
+		run(t, s, &total)
 	}
 	fresh := *seedsFlag
 	if fresh == 0 && *timeFlag == 0 {
@@ -40,14 +45,25 @@ func TestSimulationHoldsTheInvariants(t *testing.T) {
 	}
 	deadline := time.Now().Add(*timeFlag)
 	for i := 0; i < fresh || time.Now().Before(deadline); i++ {
-		run(t, rand.Uint64()%1_000_000_000+1000)
+		run(t, rand.Uint64()%1_000_000_000+1000, &total)
 	}
 }
 
-func run(t *testing.T, seed uint64) {
+// tally sums the runs of a test.
+type tally struct {
+	start             time.Time
+	seeds, steps, ops int
+	faults            map[string]int
+}
+
+func run(t *testing.T, seed uint64, total *tally) {
 	t.Helper()
 	start := time.Now()
 	r := Run(Config{Seed: seed, Steps: *stepsFlag})
+	total.seeds, total.steps, total.ops = total.seeds+1, total.steps+r.Steps, total.ops+r.Ops
+	for k, n := range r.Faults {
+		total.faults[k] += n
+	}
 	t.Logf("seed %d: %d steps, %d operations, faults %v, %.1fs", seed, r.Steps, r.Ops, r.Faults, time.Since(start).Seconds())
 	if r.Failed() {
 		t.Fatal(r.Report())
