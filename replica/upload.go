@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -14,34 +13,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/l0store/l0/clock"
-	"github.com/l0store/l0/internal/fsutil"
-	"github.com/l0store/l0/internal/part"
 )
 
 // ErrClosed reports use of an Uploader after Close.
 var ErrClosed = errors.New("replica: uploader closed")
-
-// UploadSource is where an upload reads a part: a local file written by a seal in
-// this process, or a replica that holds it. After a restart no part has a local file,
-// so a backfill reads from a replica.
-type UploadSource struct {
-	LocalFile string
-	Replica   string // with Key
-	Key       string
-}
-
-// FromFile is the source of a part sealed in this process.
-func FromFile(path string) UploadSource { return UploadSource{LocalFile: path} }
-
-// FromReplica is the source of a part that replica holds under key.
-func FromReplica(replica, key string) UploadSource { return UploadSource{Replica: replica, Key: key} }
-
-func (s UploadSource) String() string {
-	if s.LocalFile != "" {
-		return "file " + s.LocalFile
-	}
-	return "replica " + s.Replica + " key " + s.Key
-}
 
 // Job copies one part to the replicas that lack it.
 type Job struct {
@@ -475,66 +450,4 @@ func (u *Uploader) copyTo(ctx context.Context, j Job, src *io.SectionReader, tar
 		}
 	}
 	return created, nil
-}
-
-// open returns the part as a verified local file, read from the start.
-func (u *Uploader) open(ctx context.Context, j Job) (*io.SectionReader, func(), error) {
-	if j.Source.LocalFile != "" {
-		f, err := u.opts.FS.Open(j.Source.LocalFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
-		}
-		if err := verify(whole(f), j); err != nil {
-			f.Close()
-			return nil, nil, err
-		}
-		return io.NewSectionReader(f, 0, j.Size), func() { f.Close() }, nil
-	}
-	src, ok := u.set.Get(j.Source.Replica)
-	if !ok {
-		return nil, nil, fmt.Errorf("replica: upload %s: no source replica %q", j.Key, j.Source.Replica)
-	}
-	r, err := src.Bucket.NewRangeReader(ctx, j.Source.Key, 0, -1)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
-	}
-	defer r.Close()
-	f, path, err := fsutil.CreateTemp(u.opts.FS, u.opts.TempDir, "upload-", ".part")
-	if err != nil {
-		return nil, nil, err
-	}
-	cleanup := func() { f.Close(); u.opts.FS.Remove(path) }
-	if _, err := io.Copy(f, r); err != nil {
-		cleanup()
-		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
-	}
-	if err := verify(whole(f), j); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	return io.NewSectionReader(f, 0, j.Size), cleanup, nil
-}
-
-// whole reads all of f, however long.
-func whole(f vfs.File) io.Reader { return io.NewSectionReader(f, 0, math.MaxInt64) }
-
-// verify reads r whole and checks the part's size and part CRC.
-func verify(r io.Reader, j Job) error {
-	n, crc, err := part.Checksum(r, j.Size)
-	if err != nil {
-		return fmt.Errorf("replica: verify %s from %s: %w", j.Key, j.Source, err)
-	}
-	if n != j.Size || crc != j.CRC {
-		return fmt.Errorf("replica: %s from %s: %d bytes with CRC %08x, want %d bytes with CRC %08x: %w",
-			j.Key, j.Source, n, crc, j.Size, j.CRC, ErrCorruptSource)
-	}
-	return nil
-}
-
-// ErrCorruptSource reports a source whose copy of a part fails its checks.
-var ErrCorruptSource = errors.New("replica: corrupt source")
-
-// CleanDir removes the temporary files of uploads a crash interrupted.
-func CleanDir(fsys vfs.FS, dir string) error {
-	return fsutil.RemoveMatching(fsys, dir, "upload-*.part")
 }
