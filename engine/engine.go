@@ -81,9 +81,6 @@ type Engine struct {
 		shards  map[string]*shard.Shard
 		owners  map[string]*manifest.Owner
 		opening map[string]bool
-		// files are the local part files sealed in this process whose copies are
-		// still queued or running: the upload source a backfill prefers.
-		files map[string]string
 	}
 	warnedUnderReplicated atomic.Bool
 
@@ -164,7 +161,6 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.mu.shards = make(map[string]*shard.Shard)
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
-	e.mu.files = make(map[string]string)
 	e.metrics = newMetrics(e) // its collectors read the tail only when collected
 	if err := e.openTail(); err != nil {
 		sealer.Close()
@@ -179,7 +175,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 			opts.Upload.ObserveLag(d)
 		}
 	}
-	e.uploader = replica.NewUploader(set, upOpts, e.recordReplica)
+	e.uploader = replica.NewUploader(set, upOpts)
 	if err := e.metrics.register(opts.Registerer); err != nil {
 		e.tail.cur.Load().flusher.Close(context.Background())
 		e.uploader.Close()
@@ -283,11 +279,9 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		return nil, ErrClosed
 	}
 	sh, err := shard.Open(id, shard.Config{
-		Log: e.log, Owner: owner, Replicas: e.set, Sealer: e.sealer,
-		AfterCommit: func(p manifest.Part, file string) bool { return e.afterCommit(id, p, file) },
-		Uploading:   func() bool { return e.uploader.Busy(id) },
-		UploadWait:  e.opts.Lease.Duration,
-		PartsDir:    e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
+		Log: e.log, Owner: owner, Replicas: e.set, Sealer: e.sealer, Uploader: e.uploader,
+		UploadWait: e.opts.Lease.Duration,
+		PartsDir:   e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
 		Observer: e.metrics, Clock: e.opts.Clock,
 		OnClose: func(inDoubt []manifest.Part) {
@@ -304,7 +298,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	}
 	e.mu.shards[id] = sh
 	e.mu.owners[id] = owner
-	e.mu.Unlock() // the backfill below looks up local part files under mu
+	e.mu.Unlock() // what follows talks to the object store: not under mu
 
 	// A fence met while the takeover ran started a new tail incarnation that may
 	// not have seen this shard: move it now, before its first append. (If both

@@ -112,11 +112,18 @@ type recorder struct {
 	seen []string
 }
 
-func (r *recorder) record(_ context.Context, j Job, replica string) error {
+func (r *recorder) AddReplica(_ context.Context, key, replica string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, j.Key+"@"+replica)
+	r.seen = append(r.seen, key+"@"+replica)
 	return nil
+}
+
+// recordFunc is a Recorder made of a function.
+type recordFunc func(ctx context.Context, key, replica string) error
+
+func (f recordFunc) AddReplica(ctx context.Context, key, replica string) error {
+	return f(ctx, key, replica)
 }
 
 func setOf(t *testing.T, names ...string) (*Set, map[string]*substrate.Bucket) {
@@ -140,10 +147,10 @@ func TestAnUploadCopiesALocalPartToEveryTargetAndRecordsEach(t *testing.T) {
 	s, buckets := setOf(t, "a", "b", "c")
 	path, info := writePart(t, 100)
 	rec := &recorder{}
-	u := NewUploader(s, Options{}, rec.record)
+	u := NewUploader(s, Options{})
 	defer u.Close()
 	sealed := time.Now().Add(-time.Second)
-	j := Job{Shard: "s", Key: "k1", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b", "c"}, SealedAt: sealed}
+	j := Job{Shard: "s", Key: "k1", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b", "c"}, SealedAt: sealed, Recorder: rec}
 	if err := u.Enqueue(j); err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +178,9 @@ func TestABackfillReadsFromAReplicaAndAddsNoLagSample(t *testing.T) {
 	data, info := partBytes(t, 50)
 	buckets["a"].PutBytes(ctx, "k", data)
 	rec := &recorder{}
-	u := NewUploader(s, Options{TempDir: t.TempDir()}, rec.record)
+	u := NewUploader(s, Options{TempDir: t.TempDir()})
 	defer u.Close()
-	u.Enqueue(Job{Shard: "s", Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
+	u.Enqueue(Job{Shard: "s", Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}, Recorder: rec})
 	u.Flush(ctx)
 	got, _, err := buckets["b"].Get(ctx, "k")
 	if err != nil || !bytes.Equal(got, data) {
@@ -191,9 +198,9 @@ func TestACorruptSourceIsNotCopied(t *testing.T) {
 	data, info := partBytes(t, 50)
 	data[len(data)/3] ^= 1
 	buckets["a"].PutBytes(ctx, "k", data)
-	u := NewUploader(s, Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond}, (&recorder{}).record)
+	u := NewUploader(s, Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond})
 	defer u.Close()
-	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}, Recorder: &recorder{}})
 	u.Flush(ctx)
 	if _, err := buckets["b"].Attributes(ctx, "k"); !errors.Is(err, substrate.ErrNotFound) {
 		t.Fatalf("a damaged part was copied: %v", err)
@@ -211,9 +218,9 @@ func TestAnObjectAlreadyThereIsRecordedAgain(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	buckets["b"].PutBytes(ctx, "k", data)
 	rec := &recorder{}
-	u := NewUploader(s, Options{}, rec.record)
+	u := NewUploader(s, Options{})
 	defer u.Close()
-	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, Recorder: rec})
 	u.Flush(ctx)
 	if len(rec.seen) != 1 {
 		t.Fatalf("recorded %v: a copy already there must be recorded", rec.seen)
@@ -228,9 +235,9 @@ func TestAFailedUploadIsCountedAndReleasesFlush(t *testing.T) {
 	s, _ := NewSet([]Spec{{"a", "d1", a}, {"b", "d2", b}}, "")
 	path, info := writePart(t, 20)
 	rec := &recorder{}
-	u := NewUploader(s, Options{Attempts: 3, BackoffMin: time.Millisecond}, rec.record)
+	u := NewUploader(s, Options{Attempts: 3, BackoffMin: time.Millisecond})
 	defer u.Close()
-	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now()})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now(), Recorder: rec})
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := u.Flush(fctx); err != nil {
@@ -255,19 +262,19 @@ func TestABackfillRecordsItsCopiesTogether(t *testing.T) {
 	var u *Uploader
 	var mu sync.Mutex
 	var copiedAtRecord []uint64
-	record := func(_ context.Context, j Job, replica string) error {
+	record := recordFunc(func(_ context.Context, key, replica string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		copiedAtRecord = append(copiedAtRecord, u.Stats().BackfillUploads)
 		return nil
-	}
-	u = NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: time.Minute}, record)
+	})
+	u = NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: time.Minute})
 	defer u.Close()
 	var jobs []Job
 	for i := range parts {
 		key := fmt.Sprint("k", i)
 		buckets["a"].PutBytes(ctx, key, data)
-		jobs = append(jobs, Job{Shard: "s", Key: key, Size: info.Size, CRC: info.CRC, Source: FromReplica("a", key), Targets: []string{"b"}})
+		jobs = append(jobs, Job{Shard: "s", Key: key, Size: info.Size, CRC: info.CRC, Source: FromReplica("a", key), Targets: []string{"b"}, Recorder: record})
 	}
 	if err := u.Enqueue(jobs...); err != nil {
 		t.Fatal(err)
@@ -300,18 +307,18 @@ func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
 	var mu sync.Mutex
 	recorded := map[string]time.Duration{}
 	start := time.Now()
-	record := func(_ context.Context, j Job, replica string) error {
+	record := recordFunc(func(_ context.Context, key, replica string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		recorded[j.Key] = time.Since(start)
+		recorded[key] = time.Since(start)
 		return nil
-	}
-	u := NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: 100 * time.Millisecond}, record)
+	})
+	u := NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: 100 * time.Millisecond})
 	defer u.Close()
 	var jobs []Job
 	for _, key := range []string{"slow", "fast"} {
 		a.PutBytes(ctx, key, data)
-		jobs = append(jobs, Job{Shard: "s", Key: key, Size: info.Size, CRC: info.CRC, Source: FromReplica("a", key), Targets: []string{"b"}})
+		jobs = append(jobs, Job{Shard: "s", Key: key, Size: info.Size, CRC: info.CRC, Source: FromReplica("a", key), Targets: []string{"b"}, Recorder: record})
 	}
 	if err := u.Enqueue(jobs...); err != nil {
 		t.Fatal(err)
@@ -336,9 +343,9 @@ func TestAnUploadToAReplicaThatNeverAnswersFailsAfterItsAttempts(t *testing.T) {
 	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Latency: time.Hour})
 	s, _ := NewSet([]Spec{{"a", "d1", bucket(t, "a", nil)}, {"b", "d2", bucket(t, "b", fd)}}, "")
 	path, info := writePart(t, 20)
-	u := NewUploader(s, Options{Attempts: 2, BackoffMin: time.Millisecond, AttemptTimeout: 50 * time.Millisecond}, (&recorder{}).record)
+	u := NewUploader(s, Options{Attempts: 2, BackoffMin: time.Millisecond, AttemptTimeout: 50 * time.Millisecond})
 	defer u.Close()
-	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now()})
+	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now(), Recorder: &recorder{}})
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := u.Flush(fctx); err != nil {

@@ -3,7 +3,8 @@
 // replicas that lack them, from a local file or from another replica (UploadSource).
 //
 // The first replica receives a part at seal; the uploader copies it to the others and
-// reports each copy so the engine can record the location in the manifest. A job
+// reports each copy to the job's Recorder, the owner of the shard that queued it,
+// which records the location in the shard's manifest. A job
 // carries the part's seal time when it was sealed in this process; a backfill job
 // (history sealed before a replica was attached, or before a restart) has none, and
 // contributes no seal-to-durable lag sample.
@@ -12,6 +13,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/l0store/l0/substrate"
 )
@@ -72,6 +74,18 @@ func (s *Set) Len() int { return len(s.specs) }
 
 // Specs returns the replicas in order.
 func (s *Set) Specs() []Spec { return append([]Spec(nil), s.specs...) }
+
+// Missing returns the replicas of the set, in order, that have does not name: those
+// a part held by have is to be copied to.
+func (s *Set) Missing(have []string) []string {
+	var out []string
+	for _, sp := range s.specs {
+		if !slices.Contains(have, sp.Name) {
+			out = append(out, sp.Name)
+		}
+	}
+	return out
+}
 
 // First is the replica a seal writes to.
 func (s *Set) First() Spec { return s.specs[0] }

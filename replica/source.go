@@ -13,9 +13,9 @@ import (
 	"github.com/l0store/l0/internal/part"
 )
 
-// UploadSource is where an upload reads a part: a local file written by a seal in
-// this process, or a replica that holds it. After a restart no part has a local file,
-// so a backfill reads from a replica.
+// UploadSource is where an upload reads a part: the local file of a part sealed in
+// this process, for the copies its seal queued, or a replica that holds it, for a
+// backfill.
 type UploadSource struct {
 	LocalFile string
 	Replica   string // with Key

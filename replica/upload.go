@@ -31,6 +31,9 @@ type Job struct {
 	// SealedAt is when the part was sealed in this process; zero for a backfill,
 	// which therefore adds no seal-to-durable lag sample.
 	SealedAt time.Time
+	// Recorder records each copy in the shard's manifest: the owner of the shard
+	// that queued the job. Required.
+	Recorder Recorder
 	// Done, if set, runs when the job ends, with nil once every target holds the
 	// part and is recorded: the caller may then drop a local source file.
 	Done func(error)
@@ -39,8 +42,14 @@ type Job struct {
 // Backfill reports a job for history: no seal time in this process.
 func (j Job) Backfill() bool { return j.SealedAt.IsZero() }
 
-// Recorder records in the shard's manifest that replica holds the job's part.
-type Recorder func(ctx context.Context, j Job, replica string) error
+// Recorder records in a shard's manifest that replica holds the part under key, and
+// publishes it: a manifest.Owner does. A job carries its own, the owner of the
+// shard that queued it, so a copy is recorded by that owner and no other: one that
+// ends after the owner released the shard, or was fenced, stays unrecorded until a
+// backfill.
+type Recorder interface {
+	AddReplica(ctx context.Context, key, replica string) error
+}
 
 // Options configure an Uploader. The zero value of each field means its default.
 type Options struct {
@@ -115,7 +124,6 @@ type Stats struct {
 type Uploader struct {
 	set    *Set
 	opts   Options
-	record Recorder
 	wake   chan struct{} // a job was queued
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,8 +133,8 @@ type Uploader struct {
 		sync.Mutex
 		closed  bool
 		queue   []Job
-		pending map[string]int // part key → jobs queued or running
-		shards  map[string]int // shard → jobs queued or running
+		pending map[string]int        // part key → jobs queued or running
+		shards  map[string]*shardJobs // shard → its jobs queued or running
 		active  int
 		idle    chan struct{} // closed when active drops to 0
 		// backfills counts per shard the backfill jobs not done copying; copied is
@@ -139,13 +147,23 @@ type Uploader struct {
 	}
 }
 
-// NewUploader starts an uploader over set; record is called for every copy made.
-func NewUploader(set *Set, opts Options, record Recorder) *Uploader {
+// shardJobs counts one shard's jobs queued or running; idle is closed when the
+// count drops to 0.
+type shardJobs struct {
+	n    int
+	idle chan struct{}
+}
+
+// closedChan is the Idle of a shard with no job.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// NewUploader starts an uploader over set.
+func NewUploader(set *Set, opts Options) *Uploader {
 	opts.ensureDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &Uploader{set: set, opts: opts, record: record, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	u := &Uploader{set: set, opts: opts, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	u.mu.pending = map[string]int{}
-	u.mu.shards = map[string]int{}
+	u.mu.shards = map[string]*shardJobs{}
 	u.mu.backfills = map[string]int{}
 	u.mu.copied = map[string]chan struct{}{}
 	u.mu.idle = make(chan struct{})
@@ -174,7 +192,12 @@ func (u *Uploader) Enqueue(jobs ...Job) error {
 	for _, j := range jobs {
 		u.mu.active++
 		u.mu.pending[j.Key]++
-		u.mu.shards[j.Shard]++
+		sj := u.mu.shards[j.Shard]
+		if sj == nil {
+			sj = &shardJobs{idle: make(chan struct{})}
+			u.mu.shards[j.Shard] = sj
+		}
+		sj.n++
 		if j.Backfill() {
 			if u.mu.backfills[j.Shard]++; u.mu.backfills[j.Shard] == 1 {
 				u.mu.copied[j.Shard] = make(chan struct{})
@@ -217,7 +240,9 @@ func (u *Uploader) done(j Job, err error) {
 	if u.mu.pending[j.Key]--; u.mu.pending[j.Key] == 0 {
 		delete(u.mu.pending, j.Key)
 	}
-	if u.mu.shards[j.Shard]--; u.mu.shards[j.Shard] == 0 {
+	sj := u.mu.shards[j.Shard]
+	if sj.n--; sj.n == 0 {
+		close(sj.idle)
 		delete(u.mu.shards, j.Shard)
 	}
 	if u.mu.active--; u.mu.active == 0 {
@@ -236,7 +261,21 @@ func (u *Uploader) Pending(key string) bool {
 func (u *Uploader) Busy(shard string) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.mu.shards[shard] > 0
+	return u.mu.shards[shard] != nil
+}
+
+// Idle returns a channel closed once no upload of the shard's parts is queued or
+// running, at once if none is: a shard's Close waits on it for its copies, which
+// record their locations through its owner, before it releases the lease. Jobs
+// queued while the shard has others keep it open; jobs queued after it is closed
+// have a channel of their own.
+func (u *Uploader) Idle(shard string) <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if sj := u.mu.shards[shard]; sj != nil {
+		return sj.idle
+	}
+	return closedChan
 }
 
 // Flush waits until no upload is queued or running.
@@ -375,7 +414,7 @@ func (u *Uploader) run(j Job) {
 		}
 		records.Go(func() {
 			u.settle(j)
-			if err := u.retry(func(ctx context.Context) error { return u.record(ctx, j, target) }); err != nil {
+			if err := u.retry(func(ctx context.Context) error { return j.Recorder.AddReplica(ctx, j.Key, target) }); err != nil {
 				fail(fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
 			}
 		})

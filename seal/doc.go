@@ -9,7 +9,8 @@
 //
 // A Job is one seal: encode the pages into a part file, put it under a new key,
 // commit it to the manifest by compare-and-swap, truncate the WAL through the sealed
-// page. DESIGN.md ("Sealing") gives what a crash between any two steps leaves and
+// page. It returns what it committed, each part with its local file, and the
+// caller queues the copies. DESIGN.md ("Sealing") gives what a crash between any two steps leaves and
 // how the next seal or open repairs it.
 //
 // Usage (the engine does this):

@@ -37,10 +37,6 @@ type Job struct {
 	BlockSize int
 	Encoder   *zstd.Encoder
 	Clock     clock.Clock
-	// AfterCommit, if set, is told of each committed part and its local file; if it
-	// returns true it takes the file over (to copy it to the other replicas), else
-	// the seal removes it.
-	AfterCommit func(p manifest.Part, file string) (keep bool)
 	// Counters, if set, count the seal's outcome.
 	Counters *Counters
 	// Doubts, if set, keep the parts whose commit had an unknown outcome until a
@@ -49,8 +45,19 @@ type Job struct {
 	Doubts *Doubts
 }
 
+// Committed is a part a seal committed, and its local file. The file is the
+// caller's from then on: the source of the part's copies to the other replicas,
+// which it removes once they end (at once if no replica lacks the part). The seal
+// returns it rather than queue the copies itself, so that what it committed flows
+// back to the shard that asked, which queues the copies with its owner as their
+// recorder.
+type Committed struct {
+	Part manifest.Part
+	File string
+}
+
 // Run seals the shard's oldest unsealed pages, up to budget record bytes but at
-// least one page:
+// least one page, and returns what it committed (Result.Committed):
 //
 //  1. encode them into a part file in Dir, block by block;
 //  2. put the part on the bucket under a key no other attempt uses;
@@ -74,25 +81,26 @@ func (j Job) Run(ctx context.Context, budget uint64) (Result, error) {
 	return res, err
 }
 
-// run seals; a Result with records means parts were committed, even with an error
-// (a truncation after the commit failed).
+// run seals; the Result's Committed are the parts committed, even with an error.
 func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 	// A fenced or released owner must not even write a part; a lapsed lease may
 	// still commit (the CAS decides), so it tries.
 	if err := j.Owner.Valid(); errors.Is(err, manifest.ErrFenced) && !errors.Is(err, manifest.ErrLeaseExpired) {
 		return Result{}, fmt.Errorf("seal %s: %w", j.Shard, errors.Join(err, ErrStopped))
 	}
-	if err := j.settle(ctx); err != nil {
+	settled, err := j.settle(ctx)
+	if err != nil {
 		return Result{}, err
 	}
+	res := Result{Committed: settled}
 	m := j.Owner.Manifest()
 	if m.Epoch != j.Epoch {
-		return Result{}, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
+		return res, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
 	}
 	// Pages a committed seal left behind (its truncation failed) go first.
 	if info := j.Log.Info(j.Shard); info.Floor < m.Sealed {
 		if err := j.truncate(m.Sealed); err != nil {
-			return Result{}, err
+			return res, err
 		}
 	}
 	path, info, cut, err := j.writePart(ctx, m.Sealed, budget)
@@ -105,11 +113,11 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 		}()
 	}
 	if err != nil || info.Count == 0 {
-		return Result{}, err
+		return res, err
 	}
 	key := manifest.PartKey(j.Shard, info.First, info.Next(), j.Epoch, nonce())
 	if err := j.put(ctx, key, path, info.Size); err != nil {
-		return Result{}, err
+		return res, err
 	}
 	p := manifest.Part{
 		Key: key, First: info.First, Count: info.Count, Size: info.Size, CRC: info.CRC,
@@ -128,12 +136,11 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 			j.Doubts.add(p, path, info.RawBytes)
 			keep = true
 		}
-		return Result{}, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
+		return res, fmt.Errorf("seal %s: commit %s: %w", j.Shard, key, err)
 	}
-	if j.AfterCommit != nil {
-		keep = j.AfterCommit(p, path)
-	}
-	res := Result{Records: info.Count, RawBytes: info.RawBytes, Objects: 1, Size: info.Size, Cut: cut}
+	keep = true // the caller's now
+	res.Records, res.RawBytes, res.Objects, res.Size, res.Cut = info.Count, info.RawBytes, 1, info.Size, cut
+	res.Committed = append(res.Committed, Committed{Part: p, File: path})
 	if err := j.truncate(info.Next()); err != nil {
 		return res, err
 	}
@@ -141,25 +148,26 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 }
 
 // Settle decides the parts in doubt (see settle), for a shard that stops without
-// sealing again.
-func (j Job) Settle(ctx context.Context) error { return j.settle(ctx) }
+// sealing again, and returns those that were committed.
+func (j Job) Settle(ctx context.Context) ([]Committed, error) { return j.settle(ctx) }
 
 // settle decides the parts in doubt. A write of the manifest settles them: once a
 // compare-and-swap of ours has landed, no earlier request can land any more, and
 // the owner's view shows each part committed or not. Each committed one counts as
-// a seal (the one that wrote it was counted a failure, not knowing) and has its
-// copies queued.
-func (j Job) settle(ctx context.Context) error {
+// a seal (the one that wrote it was counted a failure, not knowing) and is
+// returned, for its copies; the file of each other one goes.
+func (j Job) settle(ctx context.Context) ([]Committed, error) {
 	if j.Doubts == nil || j.Doubts.Len() == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := j.Owner.Renew(ctx); err != nil {
 		if errors.Is(err, manifest.ErrFenced) {
 			err = errors.Join(err, ErrStopped)
 		}
-		return fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
+		return nil, fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
 	}
 	m := j.Owner.Manifest()
+	var committed []Committed
 	for _, d := range j.Doubts.Take() {
 		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.Part.Key })
 		if i < 0 {
@@ -170,11 +178,9 @@ func (j Job) settle(ctx context.Context) error {
 		if j.Counters != nil {
 			j.Counters.Observe(Result{Records: p.Count, RawBytes: d.rawBytes, Objects: 1, Size: p.Size}, nil)
 		}
-		if j.AfterCommit == nil || !j.AfterCommit(p, d.File) {
-			j.FS.Remove(d.File)
-		}
+		committed = append(committed, Committed{Part: p, File: d.File})
 	}
-	return nil
+	return committed, nil
 }
 
 func (j Job) truncate(next uint64) error {

@@ -31,6 +31,11 @@ type Result struct {
 	Size     int64  // bytes of the objects
 	// Cut reports that the budget left records unsealed.
 	Cut bool
+	// Committed are the parts the seal committed: its own, and the parts in doubt
+	// it settled as committed (counted as seals of their own). It is set even
+	// with an error, such as a truncation after the commit that failed, and each
+	// part's file is the caller's from then on (see Committed).
+	Committed []Committed
 }
 
 // Empty reports a seal that found nothing to seal.

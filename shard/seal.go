@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 )
 
@@ -17,10 +18,13 @@ func (s *Shard) Unsealed() (uint64, time.Time) {
 
 // Seal implements seal.Target: it seals the oldest unsealed pages, up to budget
 // record bytes but at least one page, and first settles the parts whose commit had
-// an unknown outcome. Every seal is counted in the engine's seal metrics, whoever
-// runs it.
+// an unknown outcome; it queues the copies of every part that commits, and returns
+// without waiting for them. Every seal is counted in the engine's seal metrics,
+// whoever runs it.
 func (s *Shard) Seal(ctx context.Context, budget uint64) (seal.Result, error) {
-	return s.job().Run(ctx, budget)
+	res, err := s.job().Run(ctx, budget)
+	s.copy(res.Committed) // a truncation that failed after the commit leaves them committed
+	return res, err
 }
 
 // job is a seal of the shard.
@@ -29,6 +33,30 @@ func (s *Shard) job() seal.Job {
 	return seal.Job{
 		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: first.Bucket, Replica: first.Name,
 		Dir: s.cfg.PartsDir, FS: s.cfg.FS, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Clock: s.cfg.Clock,
-		AfterCommit: s.cfg.AfterCommit, Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts,
+		Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts,
+	}
+}
+
+// copy queues the copies of parts a seal committed, from their local files, to
+// every replica that lacks them, with the shard's owner as their recorder: it
+// owns the manifest the locations go in. Each file goes when its copies end, or at
+// once if no replica lacks the part or the uploader has closed (the part then
+// stays short until a backfill).
+func (s *Shard) copy(committed []seal.Committed) {
+	for _, c := range committed {
+		p, file := c.Part, c.File
+		targets := s.cfg.Replicas.Missing(p.Replicas)
+		if len(targets) == 0 {
+			s.cfg.FS.Remove(file)
+			continue
+		}
+		err := s.cfg.Uploader.Enqueue(replica.Job{
+			Shard: s.id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: replica.FromFile(file),
+			Targets: targets, SealedAt: p.SealedAt, Recorder: s.cfg.Owner,
+			Done: func(error) { s.cfg.FS.Remove(file) },
+		})
+		if err != nil {
+			s.cfg.FS.Remove(file)
+		}
 	}
 }

@@ -68,12 +68,10 @@ type Config struct {
 	// Replicas are where parts go: a seal writes to the first, reads try each.
 	Replicas *replica.Set
 	Sealer   *seal.Scheduler
-	// AfterCommit, if set, is told of each part a seal committed and its local file
-	// (see seal.Job.AfterCommit): the engine queues its copies to the other replicas.
-	AfterCommit func(p manifest.Part, file string) (keep bool)
-	// Uploading, if set, reports whether copies of the shard's parts are queued or
-	// running; Close waits for them before it releases the lease.
-	Uploading func() bool
+	// Uploader copies the parts the shard's seals commit to the other replicas,
+	// each recorded by Owner; Close waits for those copies before it releases the
+	// lease.
+	Uploader *replica.Uploader
 	// UploadWait bounds how long Close (and Retire, for a part it settled) waits
 	// for those copies before it releases anyway: the parts are durable on the
 	// first replica, and a copy that outlives the wait stays unrecorded until a
@@ -117,8 +115,9 @@ func Open(id string, cfg Config, armed bool) (*Shard, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, err
 	}
-	if cfg.Log == nil || cfg.Owner == nil || cfg.Replicas == nil || cfg.Sealer == nil || cfg.Observer == nil ||
-		cfg.OnClose == nil || cfg.Clock == nil || cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
+	if cfg.Log == nil || cfg.Owner == nil || cfg.Replicas == nil || cfg.Sealer == nil || cfg.Uploader == nil ||
+		cfg.Observer == nil || cfg.OnClose == nil || cfg.Clock == nil ||
+		cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
 	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch()}
@@ -211,14 +210,12 @@ func (s *Shard) waitUploads(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.UploadWait)
 		defer cancel()
 	}
-	for s.cfg.Uploading != nil && s.cfg.Uploading() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for uploads: %w", ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
+	select {
+	case <-s.cfg.Uploader.Idle(s.id):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for uploads: %w", ctx.Err())
 	}
-	return nil
 }
 
 // closed reports the shard gone, with the parts still in doubt; their files go.
@@ -245,8 +242,11 @@ func (s *Shard) Retire(ctx context.Context) error {
 	}
 	defer s.closed()
 	s.cfg.Sealer.Remove(s.id, true)
-	if s.doubts.Len() > 0 && s.job().Settle(ctx) == nil {
-		s.waitUploads(ctx)
+	if s.doubts.Len() > 0 {
+		if committed, err := s.job().Settle(ctx); err == nil {
+			s.copy(committed)
+			s.waitUploads(ctx)
+		}
 	}
 	if err := ReleaseLeaving(ctx, s.cfg.Log, s.cfg.Owner, s.id); err != nil {
 		return fmt.Errorf("shard %q: retire: %w", s.id, err)
