@@ -32,6 +32,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/l0store/l0/internal/event"
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/internal/tail"
@@ -69,6 +70,7 @@ type Engine struct {
 	encoder  *zstd.Encoder
 	partsDir string
 	metrics  *metrics
+	events   event.Listener // what the shards, the uploader and the tail report (see newEvents)
 	stop     chan struct{}
 	// closing is cancelled when Close begins: takeovers in progress end.
 	closing       context.Context
@@ -162,6 +164,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
 	e.metrics = newMetrics(e) // its collectors read the tail only when collected
+	e.events = e.newEvents()
 	if err := e.openTail(); err != nil {
 		sealer.Close()
 		encoder.Close()
@@ -169,12 +172,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	upOpts := opts.Upload
-	upOpts.ObserveLag = func(d time.Duration) {
-		e.metrics.lag.Observe(d.Seconds())
-		if opts.Upload.ObserveLag != nil {
-			opts.Upload.ObserveLag(d)
-		}
-	}
+	upOpts.ObserveLag = e.events.PartReplicated // which tells opts.Upload.ObserveLag too
 	e.uploader = replica.NewUploader(set, upOpts)
 	if err := e.metrics.register(opts.Registerer); err != nil {
 		e.tail.cur.Load().flusher.Close(context.Background())
@@ -283,14 +281,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		UploadWait: e.opts.Lease.Duration,
 		PartsDir:   e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Observer: e.metrics, Clock: e.opts.Clock,
-		OnClose: func(inDoubt []manifest.Part) {
-			e.forget(id)
-			for _, p := range inDoubt {
-				e.opts.Logger.Warn("engine: a part whose commit had an unknown outcome was not settled before the shard closed: if it was committed, it lacks its copies until BackfillUnderReplicated",
-					"shard", id, "part", p.Key)
-			}
-		},
+		Clock: e.opts.Clock, Events: e.events,
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()

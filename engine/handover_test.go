@@ -142,8 +142,8 @@ func TestAPartInDoubtIsSettledAndCopiedWhenItsShardRetires(t *testing.T) {
 // Interleaving: replica b accepts connections and never answers part writes (a
 // black-holed region: every request hangs). Shard.Close(context.Background())
 // seals the tail: the commit on the authority a succeeds, the copy of the part to
-// b hangs. Close polls Uploading() forever. Meanwhile the engine's renewal loop
-// keeps renewing the lease (the owner is still registered until OnClose), so the
+// b hangs. Close waits for that copy forever. Meanwhile the engine's renewal loop
+// keeps renewing the lease (the owner is still registered until the shard closes), so the
 // shard is closed to appends here and yet no other instance can take it over:
 // B's OpenShard gets ErrOwned lease after lease. Only Engine.Close (cancelling
 // the uploader) unblocks it.

@@ -82,7 +82,7 @@ const (
 
 var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonFenced, reasonWAL, reasonUnknown}
 
-// metrics are the engine's collectors. It is the shards' Observer.
+// metrics are the engine's collectors, fed by its events (see newEvents).
 type metrics struct {
 	e *Engine
 
@@ -109,8 +109,6 @@ type metrics struct {
 	registerer prometheus.Registerer
 	registered []prometheus.Collector
 }
-
-var _ shard.Observer = (*metrics)(nil)
 
 func newMetrics(e *Engine) *metrics {
 	m := &metrics{
@@ -252,7 +250,7 @@ func (m *metrics) walFsyncs() uint64 {
 	return m.lastFsyncs.Load()
 }
 
-// observeShipped is the tail flushers' Shipped.
+// observeShipped counts a tail object shipped (event.Listener.TailShipped).
 func (m *metrics) observeShipped(s tail.ShipInfo) {
 	m.flushTook.Observe(s.Took.Seconds())
 	for _, w := range s.Waited {
@@ -269,8 +267,8 @@ func (m *metrics) fenceWritten(written bool) {
 	}
 }
 
-// ObserveAppend implements shard.Observer.
-func (m *metrics) ObserveAppend(records, bytes int, took time.Duration, err error) {
+// observeAppend counts an append (event.Listener.AppendEnded).
+func (m *metrics) observeAppend(records, bytes int, took time.Duration, err error) {
 	if err != nil {
 		m.errors.WithLabelValues(reason(err)).Inc()
 		return

@@ -79,7 +79,7 @@ func (e *Engine) newTailStream() (*tailStream, error) {
 	return &tailStream{
 		flusher: tail.NewFlusher(stream, tail.FlushOptions{
 			Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes, Retry: e.opts.Tail.Retry,
-			Clock: e.opts.Clock, Shipped: e.metrics.observeShipped,
+			Clock: e.opts.Clock, Shipped: e.events.TailShipped,
 		}),
 		incarnation: inc,
 	}, nil

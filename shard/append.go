@@ -27,7 +27,7 @@ import (
 func (s *Shard) Append(ctx context.Context, recs ...[]byte) (uint64, error) {
 	start := s.cfg.Clock.Now()
 	first, bytes, err := s.append(ctx, recs)
-	s.cfg.Observer.ObserveAppend(len(recs), bytes, s.cfg.Clock.Now().Sub(start), err)
+	s.cfg.Events.AppendEnded(len(recs), bytes, s.cfg.Clock.Now().Sub(start), err)
 	return first, err
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/clock"
+	"github.com/l0store/l0/internal/event"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -53,14 +54,6 @@ var (
 	ErrNoReachableReplica = errors.New("shard: no reachable replica")
 )
 
-// Observer is told of every append; the engine counts them. Implementations must be
-// cheap and safe for concurrent use: they run on the append path.
-type Observer interface {
-	// ObserveAppend reports one call to Append: its records and bytes, how long it
-	// took, and its error (nil once the records are durable).
-	ObserveAppend(records, bytes int, took time.Duration, err error)
-}
-
 // Config is what the engine gives a shard. Every field is required unless said.
 type Config struct {
 	Log   *wal.Log
@@ -85,12 +78,10 @@ type Config struct {
 	SizeTrigger   uint64        // unsealed bytes at which an append asks for a seal
 	MaxRecordSize int
 	MaxBatchBytes int
-	Observer      Observer
 	Clock         clock.Clock
-	// OnClose runs once, when the shard has closed or retired, with the parts whose
-	// commit had an unknown outcome that it could not settle: each may be in the
-	// manifest without its copies (a backfill repairs that).
-	OnClose func(inDoubt []manifest.Part)
+	// Events are the engine's listeners; the shard tells AppendEnded of its
+	// appends and ShardClosed of its close, both required.
+	Events event.Listener
 }
 
 // Shard is one open shard. It is safe for concurrent use.
@@ -116,7 +107,7 @@ func Open(id string, cfg Config, armed bool) (*Shard, error) {
 		return nil, err
 	}
 	if cfg.Log == nil || cfg.Owner == nil || cfg.Replicas == nil || cfg.Sealer == nil || cfg.Uploader == nil ||
-		cfg.Observer == nil || cfg.OnClose == nil || cfg.Clock == nil ||
+		cfg.Events.AppendEnded == nil || cfg.Events.ShardClosed == nil || cfg.Clock == nil ||
 		cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
@@ -225,7 +216,7 @@ func (s *Shard) closed() {
 		parts = append(parts, d.Part)
 		s.cfg.FS.Remove(d.File)
 	}
-	s.cfg.OnClose(parts)
+	s.cfg.Events.ShardClosed(s.id, parts)
 }
 
 // Retire stops the shard at once for a lag move: it stops intake, cancels
