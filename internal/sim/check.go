@@ -16,6 +16,7 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
 )
 
 // oracle holds what the fleet promised, and checks every answer against it:
@@ -261,7 +262,7 @@ func (w *world) anyDamage() bool { return len(w.o.damaged) > 0 }
 func (w *world) finish() {
 	for _, m := range w.machines {
 		if m.e != nil {
-			m.client.SetRules()
+			m.setRules()
 			m.partitioned, m.faults = false, ""
 		}
 	}
@@ -272,7 +273,59 @@ func (w *world) finish() {
 			return
 		}
 	}
+	w.checkReplicated()
+	if w.res.Failed() {
+		return
+	}
 	w.checkLinearizable()
+}
+
+// checkReplicated backfills on every machine with the far replica attached, and
+// then requires each of their open, undamaged shards to have every part on both
+// replicas: named in the manifest, and there, whole.
+func (w *world) checkReplicated() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	far, err := substrate.New(w.far, substrate.Options{Name: "far-observer"})
+	if err != nil {
+		w.violate("far observer: %v", err)
+		return
+	}
+	defer far.Close()
+	for _, m := range w.machines {
+		if m.e == nil || !m.attached || len(m.open) == 0 {
+			continue
+		}
+		n, err := m.e.BackfillUnderReplicated(ctx)
+		if err == nil {
+			err = m.e.FlushAndWaitUploads(ctx)
+		}
+		w.tracef("final backfill on %s: %d parts: %v", m.name, n, errOrOK(err))
+		for id, sh := range m.open {
+			if w.o.damaged[id] || err != nil {
+				continue
+			}
+			mf, _, lerr := w.tails.store.Load(ctx, id)
+			if lerr != nil {
+				w.violate("load the manifest of %s: %v", id, lerr)
+				return
+			}
+			if mf.Epoch != sh.Info().Epoch {
+				continue // another machine's since: its own set decides
+			}
+			for _, p := range mf.Parts {
+				a, aerr := far.Attributes(ctx, p.Key)
+				switch {
+				case !slices.Contains(p.Replicas, "far"):
+					w.violate("%s: after a backfill on %s, part %s is not on the far replica: %v", id, m.name, p.Key, p.Replicas)
+					return
+				case aerr != nil || a.Size != p.Size:
+					w.violate("%s: part %s, which the manifest says is on the far replica, is not there whole: %v", id, p.Key, aerr)
+					return
+				}
+			}
+		}
+	}
 }
 
 // readWhole reads shard id from 0 on its newest owner. While the owner's lease

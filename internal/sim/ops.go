@@ -13,7 +13,7 @@ import (
 	"github.com/l0store/l0/substrate/fault"
 )
 
-// kinds of step, with their weights out of 100.
+// kinds of step, with their weights.
 var kinds = []struct {
 	name   string
 	weight int
@@ -29,6 +29,8 @@ var kinds = []struct {
 	{"time", 6},      // every clock jumps past the leases
 	{"tick", 6},      // every clock moves a little
 	{"corrupt", 1},   // a byte of a part object flips
+	{"attach", 2},    // a machine restarts with the far replica attached
+	{"backfill", 3},  // an attached machine copies its shards' history there
 }
 
 // draw is everything the seed decides about one step, drawn whether or not it
@@ -43,16 +45,17 @@ type draw struct {
 
 func (w *world) drawOne() draw {
 	d := draw{machine: w.rng.IntN(len(w.machines)), shard: w.rng.IntN(len(w.shards)), n: 1 + w.rng.IntN(4), x: w.rng.Uint64()}
-	r := w.rng.IntN(100)
+	total := 0
+	for _, k := range kinds {
+		total += k.weight
+	}
+	r := w.rng.IntN(total)
 	for _, k := range kinds {
 		if r < k.weight {
 			d.kind = k.name
 			break
 		}
 		r -= k.weight
-	}
-	if d.kind == "" {
-		d.kind = "tick"
 	}
 	if d.kind == "burst" {
 		for range d.n {
@@ -95,6 +98,10 @@ func (w *world) step(i int) {
 		w.advance(time.Duration(d.x%500) * time.Millisecond)
 	case "corrupt":
 		w.corrupt(d.x)
+	case "attach":
+		w.attach(m)
+	case "backfill":
+		w.backfill(m)
 	}
 	w.tails.check(w)
 }
@@ -217,11 +224,11 @@ func (w *world) partition(m *machine) {
 	m.partitioned = !m.partitioned
 	if m.partitioned {
 		w.res.Faults["partition"]++
-		m.client.SetRules(fault.Rule{Err: errPartitioned})
+		m.setRules(fault.Rule{Err: errPartitioned})
 		w.tracef("partition %s from the object store", m.name)
 		return
 	}
-	m.client.SetRules()
+	m.setRules()
 	m.faults = ""
 	w.tracef("heal %s", m.name)
 }
@@ -236,13 +243,13 @@ func (w *world) flaky(m *machine, x uint64) {
 	switch x % 3 {
 	case 0:
 		m.faults = "slow"
-		m.client.SetRules(fault.Rule{Probability: 0.3, Latency: 20 * time.Millisecond})
+		m.setRules(fault.Rule{Probability: 0.3, Latency: 20 * time.Millisecond})
 	case 1:
 		m.faults = "ambiguous"
-		m.client.SetRules(fault.Rule{Ops: writes, Probability: 0.1, Err: errors.New("sim: lost reply"), Ambiguous: true})
+		m.setRules(fault.Rule{Ops: writes, Probability: 0.1, Err: errors.New("sim: lost reply"), Ambiguous: true})
 	default:
 		m.faults = ""
-		m.client.SetRules()
+		m.setRules()
 	}
 	if m.faults != "" {
 		w.res.Faults[m.faults]++
@@ -294,6 +301,38 @@ func (w *world) corrupt(x uint64) {
 	w.res.Faults["corrupt"]++
 	w.o.damage(key)
 	w.tracef("corrupt %s", key)
+}
+
+// attach restarts m with the far replica: a cooperative close, then an open
+// with the longer replica list.
+func (w *world) attach(m *machine) {
+	if m.e == nil || m.attached || m.partitioned {
+		return
+	}
+	w.res.Ops++
+	err := m.e.Close()
+	m.bucket.Close()
+	m.farBucket.Close()
+	m.e, m.open, m.attached = nil, nil, true
+	w.tracef("attach the far replica to %s: close: %v", m.name, errOrOK(err))
+	if err := w.boot(m); err != nil {
+		w.violate("%s does not reopen with the far replica: %v", m.name, err)
+	}
+}
+
+// backfill copies the parts of m's open shards that the far replica lacks.
+func (w *world) backfill(m *machine) {
+	if m.e == nil || !m.attached {
+		return
+	}
+	w.res.Ops++
+	ctx, cancel := context.WithTimeout(context.Background(), 3*opTimeout)
+	defer cancel()
+	n, err := m.e.BackfillUnderReplicated(ctx)
+	if err == nil {
+		err = m.e.FlushAndWaitUploads(ctx)
+	}
+	w.tracef("backfill on %s: %d parts queued: %v", m.name, n, errOrOK(err))
 }
 
 func errOrOK(err error) string {

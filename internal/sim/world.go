@@ -87,7 +87,8 @@ var errPartitioned = errors.New("sim: machine partitioned from the object store"
 // world is the fleet, the shared store and the oracle.
 type world struct {
 	rng      *rand.Rand
-	store    *mem.Driver
+	store    *mem.Driver // the authority, and the tail's replica
+	far      *mem.Driver // a second replica machines attach
 	machines []*machine
 	shards   []string
 	o        *oracle
@@ -105,9 +106,14 @@ type machine struct {
 	clock  *testclock.Clock
 	client *fault.Driver
 	bucket *substrate.Bucket
-	mode   engine.Durability
-	e      *engine.Engine
-	open   map[string]*shard.Shard
+	// attached is set once the machine's engine has the far replica too, through
+	// its own client of it.
+	attached  bool
+	farClient *fault.Driver
+	farBucket *substrate.Bucket
+	mode      engine.Durability
+	e         *engine.Engine
+	open      map[string]*shard.Shard
 	// partitioned is set while every call of the client fails; faults while
 	// slow or ambiguous calls are injected.
 	partitioned bool
@@ -128,7 +134,7 @@ func Run(cfg Config) *Result {
 		cfg.Machines = 2 + rng.IntN(3)
 	}
 	w := &world{
-		rng: rng, store: mem.New(), start: time.Now(),
+		rng: rng, store: mem.New(), far: mem.New(), start: time.Now(),
 		res: &Result{Seed: cfg.Seed, Faults: map[string]int{}},
 	}
 	w.o = newOracle(w)
@@ -180,8 +186,8 @@ func (w *world) violate(format string, args ...any) {
 // seals and fast pacing, so that a few dozen steps see seals, collections and
 // expiries.
 func (m *machine) options() engine.Options {
-	return engine.Options{
-		Dir: "/" + m.name, FS: slowSyncs(m.fs), Bucket: m.bucket, Clock: m.clock, Durability: m.mode,
+	o := engine.Options{
+		Dir: "/" + m.name, FS: slowSyncs(m.fs), Clock: m.clock, Durability: m.mode,
 		Lease:      manifest.LeaseOptions{Duration: leaseDuration, SkewMargin: skewMargin},
 		RenewEvery: 500 * time.Millisecond,
 		Seal: seal.Options{SizeBytes: 2 << 10, Age: 2 * time.Second, Interval: 5 * time.Millisecond,
@@ -191,13 +197,21 @@ func (m *machine) options() engine.Options {
 			MaxUnshippedBytes: maxUnshipped, MaxUnshippedAge: 500 * time.Millisecond},
 		Upload: replica.Options{BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 	}
+	o.Replicas = []replica.Spec{{Name: "store", Domain: "default", Bucket: m.bucket}}
+	if m.attached {
+		o.Replicas = append(o.Replicas, replica.Spec{Name: "far", Domain: "far", Bucket: m.farBucket})
+	}
+	return o
 }
 
 // boot opens an engine on m's file system with a fresh client.
 func (w *world) boot(m *machine) error {
-	m.client = fault.Wrap(w.store, w.rng.Uint64())
+	m.client, m.farClient = fault.Wrap(w.store, w.rng.Uint64()), fault.Wrap(w.far, w.rng.Uint64())
 	b, err := substrate.New(m.client, substrate.Options{Name: "store"})
 	if err != nil {
+		return err
+	}
+	if m.farBucket, err = substrate.New(m.farClient, substrate.Options{Name: "far"}); err != nil {
 		return err
 	}
 	m.bucket, m.partitioned, m.faults = b, false, ""
@@ -206,6 +220,7 @@ func (w *world) boot(m *machine) error {
 	e, err := engine.Open(ctx, m.options())
 	if err != nil {
 		b.Close()
+		m.farBucket.Close()
 		return err
 	}
 	m.e, m.open = e, map[string]*shard.Shard{}
@@ -217,12 +232,13 @@ func (w *world) boot(m *machine) error {
 // its file system goes back to what was synced, keeping a share of the rest. The
 // old engine closes in the background against the lost state.
 func (w *world) down(m *machine, unsynced int) {
-	m.client.SetRules(fault.Rule{Err: errPartitioned})
+	m.setRules(fault.Rule{Err: errPartitioned})
 	after := m.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsynced, RNG: rand.New(rand.NewPCG(w.rng.Uint64(), 1))})
-	old, oldBucket := m.e, m.bucket
+	old, oldBucket, oldFar := m.e, m.bucket, m.farBucket
 	w.dead.Go(func() {
 		old.Close()
 		oldBucket.Close()
+		oldFar.Close()
 	})
 	m.e, m.open, m.fs = nil, nil, after
 }
@@ -232,9 +248,10 @@ func (w *world) shutdown() {
 		if m.e != nil {
 			mt := m.e.Metrics()
 			w.tracef("%s: %d tail objects put, %d collected, %d fences written", m.name, mt.TailPuts, mt.TailObjectsCollected, mt.FencesWritten)
-			m.client.SetRules()
+			m.setRules()
 			m.e.Close()
 			m.bucket.Close()
+			m.farBucket.Close()
 		}
 	}
 	w.dead.Wait()
@@ -256,3 +273,9 @@ func slowSyncs(fs vfs.FS) vfs.FS {
 // now is the real time since the run began, in ns: the order of calls and
 // returns in the history the linearizability check reads.
 func (w *world) now() int64 { return int64(time.Since(w.start)) }
+
+// setRules gives both of m's clients the same faults.
+func (m *machine) setRules(rules ...fault.Rule) {
+	m.client.SetRules(rules...)
+	m.farClient.SetRules(rules...)
+}
