@@ -335,12 +335,17 @@ func (e *Engine) openShards() []*shard.Shard {
 // longer than the interval and let leases lapse.
 func (e *Engine) renewLeases() {
 	defer close(e.done)
+	// A pass is due RenewEvery after the previous one began, however long that
+	// one took: waiting RenewEvery after it ended would stretch the period by the
+	// pass, and a slow pass of many shards could let leases run out.
+	due := e.opts.Clock.Now().Add(e.opts.RenewEvery)
 	for {
 		select {
 		case <-e.stop:
 			return
-		case <-e.opts.Clock.After(e.opts.RenewEvery):
+		case <-e.opts.Clock.After(due.Sub(e.opts.Clock.Now())):
 		}
+		due = e.opts.Clock.Now().Add(e.opts.RenewEvery)
 		owners, _ := e.owners()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
 		sem := make(chan struct{}, renewConcurrency)

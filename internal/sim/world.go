@@ -96,6 +96,7 @@ type world struct {
 	res      *Result
 	start    time.Time
 	dead     sync.WaitGroup // engines of crashed machines, closing
+	traceMu  sync.Mutex     // guards res.Trace and res.Violation
 	records  int            // records named so far
 }
 
@@ -171,13 +172,21 @@ func Run(cfg Config) *Result {
 	return w.res
 }
 
+// tracef and violate may be called from a burst's operations at once.
 func (w *world) tracef(format string, args ...any) {
+	w.traceMu.Lock()
+	defer w.traceMu.Unlock()
 	w.res.Trace = append(w.res.Trace, fmt.Sprintf("%7.3fs ", time.Since(w.start).Seconds())+fmt.Sprintf(format, args...))
 }
 
 func (w *world) violate(format string, args ...any) {
-	if w.res.Violation == "" {
+	w.traceMu.Lock()
+	first := w.res.Violation == ""
+	if first {
 		w.res.Violation = fmt.Sprintf(format, args...)
+	}
+	w.traceMu.Unlock()
+	if first {
 		w.tracef("VIOLATION: %s", w.res.Violation)
 	}
 }
