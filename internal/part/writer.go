@@ -134,14 +134,21 @@ func (pw *Writer) flush() {
 	pw.raw, pw.n = pw.raw[:0], 0
 }
 
+// write writes b, checksummed before it is handed over: a writer may scribble on
+// its input once it returns (pebble's in-memory file system does, in race and
+// invariant builds, to flush out callers that reuse it), and a short write fails
+// the part anyway.
 func (pw *Writer) write(b []byte) {
 	if pw.err != nil {
 		return
 	}
+	pw.crc.Write(b)
 	n, err := pw.w.Write(b)
-	pw.crc.Write(b[:n])
 	pw.pos += int64(n)
 	pw.err = err
+	if err == nil && n != len(b) {
+		pw.err = io.ErrShortWrite
+	}
 }
 
 // Close writes the last block, the index and the footer. The part must hold at
