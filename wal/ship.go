@@ -190,13 +190,13 @@ func (l *Log) TailFrom(shard string, offset uint64) (incarnation, seq uint64, ok
 		if g.first < offset {
 			continue
 		}
-		switch s, done, err := g.t.State(); {
-		case done && err != nil:
+		// Its object's sequence, or f.Next() if it is not shipped yet: read
+		// together, under the flusher's lock.
+		s, ok := f.Bound(g.t)
+		if !ok {
 			return 0, 0, false
-		case done:
-			seq = min(seq, s)
 		}
-		// Not shipped yet: it goes at or after f.Next().
+		seq = min(seq, s)
 		break
 	}
 	return f.Incarnation(), seq, true

@@ -139,6 +139,12 @@ type shardState struct {
 func (st *shardState) setFloorLocked(floor uint64) {
 	st.mu.floor = floor
 	st.floorMark.Store(floor)
+	st.forgetGivenLocked(floor)
+}
+
+// forgetGivenLocked drops the given pages below floor: sealed, so no TailFrom asks
+// for them.
+func (st *shardState) forgetGivenLocked(floor uint64) {
 	i := 0
 	for i < len(st.mu.given) && st.mu.given[i].first < floor {
 		i++
@@ -703,6 +709,7 @@ type cut struct {
 // held. The watermark's floorMark is the caller's to raise once the cut is durable.
 func (st *shardState) cutLocked(next uint64, c cut) {
 	st.mu.floor = next
+	st.forgetGivenLocked(next)
 	st.mu.pages -= c.pages
 	st.mu.payload -= c.payload
 	st.mu.oldest = c.oldest

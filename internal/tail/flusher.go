@@ -264,6 +264,24 @@ func (f *Flusher) Incarnation() uint64 { return f.stream.Incarnation() }
 // now on: the sequence of the object in flight, or else of the next one.
 func (f *Flusher) Next() uint64 { return f.nextSeq.Load() }
 
+// Bound returns a sequence at or below that of the object that holds, or will
+// hold, t's page, a page given to f: that object's once shipped, or else f's Next.
+// ok is false if the page's shipment failed. The two are read under f.mu, which
+// ship holds from moving Next past the object it put to resolving that object's
+// tickets: read apart, a page just put looked unshipped beside a Next already past
+// its object.
+func (f *Flusher) Bound(t *Ticket) (seq uint64, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch s, done, err := t.State(); {
+	case done && err != nil:
+		return 0, false
+	case done:
+		return s, true
+	}
+	return f.nextSeq.Load(), true
+}
+
 // WaitRoom waits until fewer than maxBytes of record bytes are pending and the
 // oldest pending page was given less than maxAge ago, or ctx ends, or the flusher
 // stopped (its error). A zero bound is no bound.
