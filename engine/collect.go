@@ -51,8 +51,11 @@ func (e *Engine) collectTailOnce(ctx context.Context) (int, error) {
 			return m, nil
 		}
 		var m manifest.Manifest
-		if o, ok := owners[shard]; ok && o.Valid() == nil {
-			m = o.Manifest() // its owner's view is the authority's while it holds the lease
+		// The owner's view is the authority's while it holds the lease, unless a
+		// write of its may have landed unseen (a move's PointTail whose reply was
+		// lost): then the authority may point elsewhere already.
+		if o, ok := owners[shard]; ok && o.Valid() == nil && o.Settled() {
+			m = o.Manifest()
 		} else if m, _, err = e.store.Load(ctx, shard); err != nil {
 			return manifest.Manifest{}, err
 		}

@@ -61,6 +61,10 @@ type Owner struct {
 
 	published atomic.Pointer[Manifest] // as last published; never modified
 	validity  atomic.Pointer[validity]
+	// doubt is set while a write of the owner may have landed unseen: its reply
+	// was lost and the authority could not be read back. The authority may then
+	// hold a newer manifest than published.
+	doubt atomic.Bool
 
 	mu struct {
 		sync.Mutex // held across a publish
@@ -208,6 +212,11 @@ func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 func (o *Owner) validUntil(now time.Time) time.Time {
 	return now.Add(o.opts.Duration - o.opts.SkewMargin)
 }
+
+// Settled reports whether the owner's view is the authority's manifest: false
+// while a write of its may have landed unseen, until its next write or renewal
+// reads the authority.
+func (o *Owner) Settled() bool { return !o.doubt.Load() }
 
 // Manifest returns a copy of the manifest as last published.
 func (o *Owner) Manifest() Manifest { return o.published.Load().Clone() }
@@ -420,8 +429,10 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		// the authority tells.
 		cur, curVer, landed, lerr := o.store.settle(ctx, m, data)
 		if lerr != nil {
+			o.doubt.Store(true)
 			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err, lerr))
 		}
+		o.doubt.Store(false) // the authority was read: what follows is what it holds
 		if landed { // the reply was lost, or a client's retry found its own write
 			o.publishedLocked(cur, curVer, now)
 			return nil
@@ -446,6 +457,7 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 func (o *Owner) publishedLocked(m Manifest, ver substrate.Version, now time.Time) {
 	o.mu.ver = ver
 	o.published.Store(&m)
+	o.doubt.Store(false)
 	if !m.Released {
 		o.validity.Store(&validity{until: o.validUntil(now)})
 	}
