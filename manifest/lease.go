@@ -433,7 +433,7 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err, lerr))
 		}
 		o.doubt.Store(false) // the authority was read: what follows is what it holds
-		if landed { // the reply was lost, or a client's retry found its own write
+		if landed {          // the reply was lost, or a client's retry found its own write
 			o.publishedLocked(cur, curVer, now)
 			return nil
 		}
