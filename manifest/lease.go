@@ -432,8 +432,9 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 			o.doubt.Store(true)
 			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err, lerr))
 		}
-		o.doubt.Store(false) // the authority was read: what follows is what it holds
-		if landed {          // the reply was lost, or a client's retry found its own write
+		// The authority was read: what follows is what it holds.
+		o.doubt.Store(false)
+		if landed { // the reply was lost, or a client's retry found its own write
 			o.publishedLocked(cur, curVer, now)
 			return nil
 		}
