@@ -188,6 +188,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	o.Upload.FS = o.FS
 	o.Seal.Clock, o.Lease.Clock, o.Lease.Wait, o.Upload.Clock = o.Clock, o.Clock, false, o.Clock
+	if o.Seal.Logger == nil {
+		o.Seal.Logger = o.Logger
+	}
 	if len(o.Replicas) == 0 && o.Bucket != nil {
 		o.Replicas = []replica.Spec{{Name: o.Bucket.Name(), Domain: "default", Bucket: o.Bucket}}
 	}

@@ -193,6 +193,9 @@ func (j Job) truncate(next uint64) error {
 // writePart encodes the pages from offset from into a new file in Dir, stopping at
 // the first page boundary past budget, and reports whether pages were left.
 func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, info part.Info, cut bool, err error) {
+	if j.Log.Info(j.Shard).Next <= from {
+		return "", part.Info{}, false, nil // nothing to seal: no file to create
+	}
 	f, path, err := fsutil.CreateTemp(j.FS, j.Dir, "seal-"+j.Shard+"-", ".part")
 	if err != nil {
 		return "", part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)

@@ -2,6 +2,7 @@ package seal
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/l0store/l0/clock"
@@ -31,6 +32,9 @@ type Options struct {
 	BackoffMin, BackoffMax time.Duration
 	// Concurrency is how many seals run at once. Default 2.
 	Concurrency int
+	// Logger receives the failures of background seals, each retried after its
+	// backoff; nil discards them.
+	Logger *slog.Logger
 	// Clock is the clock of the age trigger, the interval and the backoff.
 	// Default clock.Real.
 	Clock clock.Clock
@@ -63,6 +67,9 @@ func (o *Options) EnsureDefaults() {
 		o.Concurrency = 2
 	}
 	o.Clock = clock.OrReal(o.Clock)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 }
 
 // Validate reports invalid defaulted options.

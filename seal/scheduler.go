@@ -246,11 +246,11 @@ func (s *Scheduler) startLocked(id string, e *entry, bytes uint64) {
 		res, err := e.t.Seal(ctx, s.opts.Budget)
 		cancel()
 		<-s.sem
-		s.finished(e, res, err)
+		s.finished(id, e, res, err)
 	}()
 }
 
-func (s *Scheduler) finished(e *entry, res Result, err error) {
+func (s *Scheduler) finished(id string, e *entry, res Result, err error) {
 	s.mu.Lock()
 	defer func() {
 		e.running = false
@@ -267,6 +267,7 @@ func (s *Scheduler) finished(e *entry, res Result, err error) {
 		// have restarted at an open, and the retry must not wait for it.
 		e.deferred = true
 		e.backoff = min(max(2*e.backoff, s.opts.BackoffMin), s.opts.BackoffMax)
+		s.opts.Logger.Warn("seal: failed, retrying", "shard", id, "backoff", e.backoff, "err", err)
 		e.waiting = true
 		s.opts.Clock.AfterFunc(e.backoff, func() {
 			s.mu.Lock()
