@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/internal/testfs"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate/fault"
@@ -54,7 +54,7 @@ func powerLoss(t *testing.T, mode engine.Durability, seed uint64, unsynced int) 
 	bucket := substratetest.NewBucket(t, "shared", lost)
 	fs := vfs.NewCrashableMem()
 	opts := engine.Options{
-		Dir: "/machine", FS: slowSyncs(fs), Bucket: bucket, Durability: mode, RenewEvery: time.Second,
+		Dir: "/machine", FS: testfs.SlowSyncs(fs, time.Millisecond), Bucket: bucket, Durability: mode, RenewEvery: time.Second,
 		Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond},
 		Seal:  seal.Options{SizeBytes: 8 << 10, Interval: 5 * time.Millisecond},
 		Tail:  engine.TailOptions{Interval: 5 * time.Millisecond},
@@ -126,7 +126,7 @@ func powerLoss(t *testing.T, mode engine.Durability, seed uint64, unsynced int) 
 	dead.Go(func() { writer.Wait(); e.Close() }) // on the lost file system, unreachable
 	defer dead.Wait()
 
-	opts.FS, opts.Bucket = slowSyncs(after), substratetest.NewBucket(t, "shared", store)
+	opts.FS, opts.Bucket = testfs.SlowSyncs(after, time.Millisecond), substratetest.NewBucket(t, "shared", store)
 	e2, err := engine.Open(ctx, opts)
 	if err != nil {
 		t.Fatalf("reopen after the power loss: %v", err)
@@ -175,16 +175,4 @@ func powerLoss(t *testing.T, mode engine.Durability, seed uint64, unsynced int) 
 		t.Fatal("nothing was acknowledged before the power loss")
 	}
 	t.Logf("%d acknowledged records survived", total)
-}
-
-// slowSyncs gives fs's syncs the millisecond a disk takes, so that a write
-// acknowledged before its sync ended has a window to be lost in.
-func slowSyncs(fs vfs.FS) vfs.FS {
-	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		switch op.Kind {
-		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			time.Sleep(time.Millisecond)
-		}
-		return nil
-	}))
 }

@@ -271,12 +271,7 @@ func (w *world) advance(d time.Duration) {
 // corrupt flips a byte of one of the store's part objects.
 func (w *world) corrupt(x uint64) {
 	ctx := context.Background()
-	b, err := substrate.New(w.store, substrate.Options{Name: "admin"})
-	if err != nil {
-		w.violate("admin bucket: %v", err)
-		return
-	}
-	defer b.Close()
+	b := w.tails.b // the store, without faults
 	var keys []string
 	for a, err := range b.ListAll(ctx, "") {
 		if err == nil && a.Size > 0 && isPart(a.Key) {

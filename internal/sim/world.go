@@ -24,10 +24,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/internal/testfs"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -196,7 +196,7 @@ func (w *world) violate(format string, args ...any) {
 // expiries.
 func (m *machine) options() engine.Options {
 	o := engine.Options{
-		Dir: "/" + m.name, FS: slowSyncs(m.fs), Clock: m.clock, Durability: m.mode,
+		Dir: "/" + m.name, FS: testfs.SlowSyncs(m.fs, 200*time.Microsecond), Clock: m.clock, Durability: m.mode,
 		Lease:      manifest.LeaseOptions{Duration: leaseDuration, SkewMargin: skewMargin},
 		RenewEvery: 500 * time.Millisecond,
 		Seal: seal.Options{SizeBytes: 2 << 10, Age: 2 * time.Second, Interval: 5 * time.Millisecond,
@@ -265,18 +265,6 @@ func (w *world) shutdown() {
 	}
 	w.dead.Wait()
 	w.tails.b.Close()
-}
-
-// slowSyncs gives a machine's syncs the moment a disk takes: a write acknowledged
-// before its sync ended has a window to be lost in.
-func slowSyncs(fs vfs.FS) vfs.FS {
-	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		switch op.Kind {
-		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			time.Sleep(200 * time.Microsecond)
-		}
-		return nil
-	}))
 }
 
 // now is the real time since the run began, in ns: the order of calls and
