@@ -122,20 +122,16 @@ func (p *planner) remove(s Shard, member string) {
 // excess is how far member is above its share (negative: below).
 func (p *planner) excess(member string) float64 { return p.load[member] - p.target[member] }
 
-func (p *planner) furthestBelow() string {
-	best := p.members[0].ID
-	for _, m := range p.members[1:] {
-		if p.excess(m.ID) < p.excess(best) {
-			best = m.ID
-		}
-	}
-	return best
-}
+func (p *planner) furthestBelow() string { return p.extreme(-1) }
 
-func (p *planner) furthestAbove() string {
+func (p *planner) furthestAbove() string { return p.extreme(1) }
+
+// extreme returns the member whose excess, times sign, is the largest; the first
+// in id order on a tie.
+func (p *planner) extreme(sign float64) string {
 	best := p.members[0].ID
 	for _, m := range p.members[1:] {
-		if p.excess(m.ID) > p.excess(best) {
+		if sign*p.excess(m.ID) > sign*p.excess(best) {
 			best = m.ID
 		}
 	}

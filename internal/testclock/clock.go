@@ -71,13 +71,10 @@ func (c *Clock) After(d time.Duration) <-chan time.Time {
 func (c *Clock) AfterFunc(d time.Duration, f func()) func() bool {
 	t := c.schedule(d, func() { go f() })
 	return func() bool {
-		if !t.fired.CompareAndSwap(false, true) {
+		if !c.take(t) {
 			return false
 		}
 		t.real.Stop()
-		c.mu.Lock()
-		delete(c.timers, t)
-		c.mu.Unlock()
 		return true
 	}
 }
@@ -92,11 +89,19 @@ func (c *Clock) schedule(d time.Duration, fn func()) *timer {
 }
 
 func (c *Clock) fire(t *timer) {
+	if c.take(t) {
+		t.fn()
+	}
+}
+
+// take removes t from the pending timers, once: it reports whether this call did,
+// so that a timer fires, or is stopped, exactly once.
+func (c *Clock) take(t *timer) bool {
 	if !t.fired.CompareAndSwap(false, true) {
-		return
+		return false
 	}
 	c.mu.Lock()
 	delete(c.timers, t)
 	c.mu.Unlock()
-	t.fn()
+	return true
 }
