@@ -71,6 +71,7 @@ type Engine struct {
 	partsDir string
 	metrics  *metrics
 	events   event.Listener // what the shards, the uploader and the tail report (see newEvents)
+	inst     instanceLease
 	stop     chan struct{}
 	// closing is cancelled when Close begins: takeovers in progress end.
 	closing       context.Context
@@ -160,6 +161,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.closing, e.cancelClosing = context.WithCancel(context.Background())
+	e.inst.acquired = make(chan struct{})
 	e.mu.shards = make(map[string]*shard.Shard)
 	e.mu.owners = make(map[string]*manifest.Owner)
 	e.mu.opening = make(map[string]bool)
@@ -184,7 +186,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.tail.done = make(chan struct{})
 	e.collector.done = make(chan struct{})
-	go e.renewLeases()
+	go e.renewLease()
 	go e.watchTail()
 	go e.collectTail()
 	return e, nil
@@ -330,40 +332,6 @@ func (e *Engine) openShards() []*shard.Shard {
 	return out
 }
 
-// renewLeases renews every owned shard's lease each RenewEvery, up to
-// renewConcurrency at a time: sequential renewals of thousands of shards would take
-// longer than the interval and let leases lapse.
-func (e *Engine) renewLeases() {
-	defer close(e.done)
-	// A pass is due RenewEvery after the previous one began, however long that
-	// one took: waiting RenewEvery after it ended would stretch the period by the
-	// pass, and a slow pass of many shards could let leases run out.
-	due := e.opts.Clock.Now().Add(e.opts.RenewEvery)
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-e.opts.Clock.After(due.Sub(e.opts.Clock.Now())):
-		}
-		due = e.opts.Clock.Now().Add(e.opts.RenewEvery)
-		owners, _ := e.owners()
-		ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
-		sem := make(chan struct{}, renewConcurrency)
-		var wg sync.WaitGroup
-		for id, o := range owners {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				if err := o.Renew(ctx); err != nil && !errors.Is(err, manifest.ErrReleased) {
-					e.opts.Logger.Warn("engine: lease renewal failed", "shard", id, "err", err)
-				}
-			})
-		}
-		wg.Wait()
-		cancel()
-	}
-}
-
 // waitShardsGone waits until every shard has closed or retired, and no open is in
 // progress (one that lands now finds the engine closed and releases).
 func (e *Engine) waitShardsGone(ctx context.Context) error {
@@ -382,8 +350,8 @@ func (e *Engine) waitShardsGone(ctx context.Context) error {
 	}
 }
 
-// renewConcurrency bounds the lease renewals (and the retirements at Close) in
-// flight.
+// renewConcurrency bounds the confirmations after a lapse of the instance lease
+// (and the retirements at Close) in flight.
 const renewConcurrency = 32
 
 // Close retires every shard still open (each stops intake, waits for its appends in
@@ -402,7 +370,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 
 	// Renewals stop first, so that one deadline bounds everything: after a lease's
-	// duration, a lease whose release failed has run out.
+	// duration, the instance lease has run out if its release failed.
 	close(e.stop)
 	<-e.done
 	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Lease.Duration)
@@ -433,6 +401,7 @@ func (e *Engine) Close() error {
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	e.releaseLease(ctx)
 	e.sealer.Close()
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all

@@ -70,11 +70,12 @@ type Options struct {
 	Instance string
 	// Seal configures the seal triggers, budget, backoff and concurrency.
 	Seal seal.Options
-	// Lease configures ownership: duration, skew margin. Its Wait and Clock are
-	// ignored (see WaitForLease and Clock).
+	// Lease configures ownership: the instance lease's duration and the skew
+	// margin. Its Wait and Clock are ignored (see WaitForLease and Clock).
 	Lease manifest.LeaseOptions
-	// RenewEvery is how often each owned shard's lease is renewed when no seal
-	// renewed it. Default 10 s, and under Lease.Duration minus twice its skew margin.
+	// RenewEvery is how often the engine's instance lease, which every shard it
+	// owns is owned under, is renewed: one conditional write per interval. Default
+	// 10 s, and under Lease.Duration minus twice its skew margin.
 	RenewEvery time.Duration
 	// BlockSize is the raw size of a part's blocks. Default 64 KiB.
 	BlockSize int

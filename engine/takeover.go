@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
 )
 
@@ -31,12 +32,16 @@ import (
 // after the publish would not be: once the manifest names this instance at the
 // WAL's epoch, superseded pages look like ours.
 func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*manifest.Owner, bool, error) {
-	lease := e.opts.Lease
+	lopts := e.opts.Lease
 	for _, o := range opts {
-		o(&lease)
+		o(&lopts)
+	}
+	held, err := e.lease(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 	}
 	for {
-		owner, err := e.takeOverOnce(ctx, id, lease)
+		owner, err := e.takeOverOnce(ctx, id, held, lopts)
 		if errors.Is(err, manifest.ErrMoved) {
 			continue
 		}
@@ -48,8 +53,8 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 }
 
 // takeOverOnce is one attempt of takeOver; manifest.ErrMoved means start again.
-func (e *Engine) takeOverOnce(ctx context.Context, id string, lease manifest.LeaseOptions) (*manifest.Owner, error) {
-	c, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, lease)
+func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, opts manifest.LeaseOptions) (*manifest.Owner, error) {
+	c, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +90,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, lease manifest.Lea
 			// The fence stops the previous owner's acknowledgements; what it
 			// committed before is in the manifest now, and its tail is read to
 			// the fence again from there.
-			again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, lease)
+			again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 			if err != nil {
 				return nil, err
 			}
@@ -108,7 +113,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, lease manifest.Lea
 	if err := e.shipBacklog(ctx, stream, id, epoch, prev.Sealed, false); err != nil {
 		return nil, err
 	}
-	return manifest.Take(ctx, e.store, c, e.opts.Instance, lease, ptr)
+	return manifest.Take(ctx, e.store, c, held, opts, ptr)
 }
 
 // supersede drops the shard's pages that this WAL holds of an ownership another

@@ -76,7 +76,7 @@ func TestNoAcknowledgedRecordIsLostAfterAWriteOfUnknownOutcome(t *testing.T) {
 				authFD.SetRules(w1...)
 				// What renewLeases does at its tick.
 				owners, _ := e.owners()
-				if err := owners["s"].Renew(ctx); !errors.Is(err, manifest.ErrUnknownOutcome) {
+				if err := owners["s"].Confirm(ctx); !errors.Is(err, manifest.ErrUnknownOutcome) {
 					t.Fatalf("W1: %v, want ErrUnknownOutcome", err)
 				}
 			}

@@ -39,7 +39,7 @@ func TestALateManifestCopyNeverMovesAReplicaBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b, _, err := Acquire(ctx, stB, "s", "B", LeaseOptions{}, nil)
+	b, _, err := Acquire(ctx, stB, "s", instance(t, stB, "B", LeaseOptions{}), LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestASlowReplicaNeverHoldsUpAPublish(t *testing.T) {
 		if err := o.Commit(ctx, part(uint64(i), 1)); err != nil {
 			t.Fatal(err)
 		}
-		if err := o.Renew(ctx); err != nil {
+		if err := o.Confirm(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

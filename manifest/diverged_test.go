@@ -60,7 +60,7 @@ func TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cerr := c.Renew(ctx)
+	cerr := c.Confirm(ctx)
 	if m.Owner != "C" || m.Sealed != 8 {
 		t.Fatalf("C owns s on its authority b at epoch %d and committed parts through 8; A's copy (epoch %d, another lineage) replaced it: b holds owner %q epoch %d seq %d sealed %d with %d parts; C's next renewal: %v",
 			c.Epoch(), a.Epoch(), m.Owner, m.Epoch, m.Seq, m.Sealed, len(m.Parts), cerr)

@@ -14,20 +14,19 @@
 // other damage ErrCorrupt. The durable manifest never names a local file: after a
 // restart every part is read from a substrate.
 //
-// Ownership is a lease in the authority's copy: owner, epoch, expiry. An
-// Owner is this instance's handle on one shard's lease: Acquire takes a released or
-// expired lease over by bumping the epoch, Renew extends it, Commit adds a part (and
-// renews), Release gives it up. Every write is a compare-and-swap on the version the
-// Owner last saw, so once another instance bumped the epoch every publish fails with
-// ErrFenced; and the Owner reports the lease lapsed (ErrLeaseExpired, which is also
-// ErrFenced) from SkewMargin before its expiry by its own clock, so an owner that
-// cannot renew stops acknowledging before anyone may take over.
-//
-// Usage:
-//
-//	st := manifest.NewStore(authority, copies...)
-//	o, err := manifest.Acquire(ctx, st, "orders-7", instanceID, manifest.LeaseOptions{})
-//	if err := o.Valid(); err != nil { ... }   // before acknowledging an append
-//	err = o.Commit(ctx, part)                  // ErrFenced once the epoch moved
-//	err = o.Release(ctx)
+// Ownership is the authority's copy naming the owner: instance, epoch, and the
+// acquisition of the instance's lease (package lease) it holds the shard under.
+// The shard is owned while that lease lives, so an engine renews one lease
+// however many shards it owns, and the renewals rewrite no manifest. An Owner is
+// this instance's handle on one shard: Acquire takes a released shard, or one
+// whose owner's lease ended, over by bumping the epoch; Commit adds a part; Confirm
+// writes the manifest unchanged; Release gives the shard up. Every write is a
+// compare-and-swap on the version the Owner last saw, so once another instance
+// bumped the epoch every publish fails with ErrFenced; and the Owner reports the
+// lease lapsed (ErrLeaseExpired, which is also ErrFenced) from the skew margin
+// before its expiry by its own clock, so an owner that cannot renew stops
+// acknowledging before anyone may take over. After a lapse, a renewal that came
+// too late starts a new generation of the lease, and each ownership is valid
+// again only once Confirm published in it. Acquire and Owner are shown in the
+// package's examples.
 package manifest

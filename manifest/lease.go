@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/l0store/l0/clock"
+	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/substrate"
 )
 
 // LeaseOptions configure ownership. The zero value of each field means its default.
 type LeaseOptions struct {
-	// Duration is how long a lease lasts after it was taken or last renewed.
-	// Default 30 s.
+	// Duration is how long a lease lasts after it was taken or last renewed: the
+	// instance lease's, which the owner's shards share. Default 30 s.
 	Duration time.Duration
 	// SkewMargin is how much two instances' clocks may disagree. The owner stops
 	// acknowledging SkewMargin before its lease's expiry by its own clock, and
@@ -49,18 +50,30 @@ func (o *LeaseOptions) Validate() error {
 	return nil
 }
 
-// Owner is this instance's lease on one shard, and the only writer of its manifest
-// while the lease holds. It is safe for concurrent use; its writes are serialized,
-// and Valid, Manifest and Sealed never wait for one: they read what the last write
+// LeaseOf returns the lease options ownership under opts needs of an instance
+// lease.
+func (o LeaseOptions) LeaseOf() lease.Options {
+	return lease.Options{Duration: o.Duration, SkewMargin: o.SkewMargin, Clock: o.Clock}
+}
+
+// Owner is this instance's ownership of one shard, and the only writer of its
+// manifest while it holds: the manifest names the owner's instance lease, and the
+// ownership is valid while that lease is, under the generation it was last
+// confirmed in. It is safe for concurrent use; its writes are serialized, and
+// Valid, Manifest and Sealed never wait for one: they read what the last write
 // published.
 type Owner struct {
 	store    *Store
 	instance string
+	lease    *lease.Held
 	epoch    uint64
 	opts     LeaseOptions
 
 	published atomic.Pointer[Manifest] // as last published; never modified
-	validity  atomic.Pointer[validity]
+	// gen is the instance lease's generation the ownership was last confirmed
+	// in, by a write of the manifest that began in it; 0 for none.
+	gen      atomic.Uint64
+	validity atomic.Pointer[validity]
 	// doubt is set while a write of the owner may have landed unseen: its reply
 	// was lost and the authority could not be read back. The authority may then
 	// hold a newer manifest than published.
@@ -76,20 +89,19 @@ type Owner struct {
 	}
 }
 
-// validity is when the owner must stop acknowledging, or why it already has.
+// validity is why the owner stopped acknowledging for good, if it did.
 type validity struct {
-	until time.Time // by our clock
-	err   error     // sticky: fenced or released
+	err error // sticky: fenced or released
 }
 
-// Acquire takes shard's lease for instance: Inspect, then before (if not nil) with
-// the manifest as it was and the epoch about to be taken, then Take with no tail
-// pointer, again from Inspect while another write comes between. An error from
-// before abandons the takeover. It returns the Owner and the manifest as it was
-// before the takeover.
-func Acquire(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions, before func(prev Manifest, epoch uint64) error) (*Owner, Manifest, error) {
+// Acquire takes shard over under the instance lease held: Inspect, then before (if
+// not nil) with the manifest as it was and the epoch about to be taken, then Take
+// with no tail pointer, again from Inspect while another write comes between. An
+// error from before abandons the takeover. It returns the Owner and the manifest
+// as it was before the takeover.
+func Acquire(ctx context.Context, store *Store, shard string, held *lease.Held, opts LeaseOptions, before func(prev Manifest, epoch uint64) error) (*Owner, Manifest, error) {
 	for {
-		c, err := Inspect(ctx, store, shard, instance, opts)
+		c, err := Inspect(ctx, store, shard, held.Holder(), opts)
 		if err != nil {
 			return nil, Manifest{}, err
 		}
@@ -98,7 +110,7 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 				return nil, Manifest{}, err
 			}
 		}
-		o, err := Take(ctx, store, c, instance, opts, nil)
+		o, err := Take(ctx, store, c, held, opts, nil)
 		if errors.Is(err, ErrMoved) {
 			continue
 		}
@@ -114,9 +126,9 @@ func Acquire(ctx context.Context, store *Store, shard, instance string, opts Lea
 type Claim struct {
 	// Prev is the manifest before the takeover.
 	Prev Manifest
-	// Expired reports a lease another instance held and did not release, which
-	// ran out: that owner may still be running, and must be fenced from whatever
-	// it writes outside the manifest (its tail) before that is read.
+	// Expired reports a shard another instance owned and did not release, whose
+	// lease ran out: that owner may still be running, and must be fenced from
+	// whatever it writes outside the manifest (its tail) before that is read.
 	Expired bool
 	ver     substrate.Version
 }
@@ -124,10 +136,15 @@ type Claim struct {
 // Epoch is the owner epoch the takeover takes.
 func (c Claim) Epoch() uint64 { return c.Prev.Epoch + 1 }
 
-// Inspect reads shard's manifest for a takeover by instance: at once when the lease
-// is released, expired, or held by the same instance (an earlier incarnation, which
-// the caller knows is gone); otherwise after its expiry with opts.Wait, or else
-// ErrOwned.
+// Inspect reads shard's manifest for a takeover by instance: at once when it is
+// released, its owner's lease ended, or it is owned by the same instance (an
+// earlier incarnation, which the caller knows is gone); otherwise after the
+// lease's end with opts.Wait, or else ErrOwned.
+//
+// The owner's lease is read after the manifest, and judged by the time before
+// the lease was read: a renewal that landed before that read is seen, and one that
+// landed after it began only after the owner's validity ran out, which its
+// ownership survives only by a write of the manifest; that write makes Take fail.
 func Inspect(ctx context.Context, store *Store, shard, instance string, opts LeaseOptions) (Claim, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -139,29 +156,55 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 			return Claim{}, err
 		}
 		held := !m.Released && m.Owner != "" && m.Owner != instance
-		if takeover := m.LeaseExpiry.Add(opts.SkewMargin); held && opts.Clock.Now().Before(takeover) {
-			if !opts.Wait {
-				return Claim{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: m.LeaseExpiry}
-			}
-			if err := sleep(ctx, opts.Clock, takeover.Sub(opts.Clock.Now())); err != nil {
-				return Claim{}, err
-			}
-			continue
+		if !held {
+			return Claim{Prev: m, ver: ver}, nil
 		}
-		return Claim{Prev: m, Expired: held, ver: ver}, nil
+		at := opts.Clock.Now()
+		live, expiry, err := store.ownerLive(ctx, m, at, opts.SkewMargin)
+		if err != nil {
+			return Claim{}, err
+		}
+		if !live {
+			return Claim{Prev: m, Expired: true, ver: ver}, nil
+		}
+		if !opts.Wait {
+			return Claim{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: expiry}
+		}
+		if err := sleep(ctx, opts.Clock, expiry.Add(opts.SkewMargin).Sub(opts.Clock.Now())); err != nil {
+			return Claim{}, err
+		}
 	}
 }
 
-// Take publishes the takeover of c by instance, by compare-and-swap: it bumps the
-// epoch, which fences any earlier owner, takes the lease, and sets the shard's tail
-// pointer to tail. ErrMoved means another write came after c was read: inspect
-// again.
-func Take(ctx context.Context, store *Store, c Claim, instance string, opts LeaseOptions, tail *Tail) (*Owner, error) {
+// ownerLive reports whether m's owner may still hold the shard, for a reader who
+// read m and begins to read the owner's lease at at: its instance lease, of the
+// acquisition m names, lives; or, for a manifest written before instance leases,
+// the manifest's own lease. expiry is when that lease ends.
+func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, skew time.Duration) (live bool, expiry time.Time, err error) {
+	if m.Lease == "" {
+		return at.Before(m.LeaseExpiry.Add(skew)), m.LeaseExpiry, nil
+	}
+	r, _, err := lease.Read(ctx, s.authority, lease.InstanceKey(m.Owner))
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("manifest %s: the owner's lease: %w", m.Shard, err)
+	}
+	if r.Holder != m.Owner || r.Token != m.Lease {
+		return false, time.Time{}, nil // the instance restarted, or never held it
+	}
+	return r.Live(at, skew), r.Expiry, nil
+}
+
+// Take publishes the takeover of c under the instance lease held, by
+// compare-and-swap: it bumps the epoch, which fences any earlier owner, names the
+// lease, and sets the shard's tail pointer to tail. ErrMoved means another write
+// came after c was read: inspect again.
+func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts LeaseOptions, tail *Tail) (*Owner, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	now := opts.Clock.Now()
+	instance := held.Holder()
+	gen, lerr := held.Valid()
 	m := c.Prev.Clone()
 	if a := store.authorityName(); m.Authority != a {
 		if m.Epoch > 0 { // not a new shard: its history so far is another's, or unnamed
@@ -171,8 +214,8 @@ func Take(ctx context.Context, store *Store, c Claim, instance string, opts Leas
 	}
 	m.Epoch = c.Epoch()
 	m.Seq++
-	m.Owner, m.Released, m.Backlog = instance, false, false
-	m.LeaseExpiry = now.Add(opts.Duration)
+	m.Owner, m.Lease, m.Released, m.Backlog = instance, held.Token(), false, false
+	m.LeaseExpiry = time.Time{}
 	m.Tail = nil
 	if tail != nil {
 		t := *tail
@@ -192,9 +235,12 @@ func Take(ctx context.Context, store *Store, c Claim, instance string, opts Leas
 		}
 		newVer = curVer
 	}
-	o := &Owner{store: store, instance: instance, epoch: m.Epoch, opts: opts}
+	o := &Owner{store: store, instance: instance, lease: held, epoch: m.Epoch, opts: opts}
 	o.published.Store(&m)
-	o.validity.Store(&validity{until: o.validUntil(now)})
+	o.validity.Store(&validity{})
+	if lerr == nil {
+		o.gen.Store(gen)
+	}
 	o.mu.ver = newVer
 	return o, nil
 }
@@ -208,14 +254,9 @@ func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 	}
 }
 
-// validUntil is when a lease written at now stops allowing acknowledgements.
-func (o *Owner) validUntil(now time.Time) time.Time {
-	return now.Add(o.opts.Duration - o.opts.SkewMargin)
-}
-
 // Settled reports whether the owner's view is the authority's manifest: false
-// while a write of its may have landed unseen, until its next write or renewal
-// reads the authority.
+// while a write of its may have landed unseen, until its next write reads the
+// authority.
 func (o *Owner) Settled() bool { return !o.doubt.Load() }
 
 // Manifest returns a copy of the manifest as last published.
@@ -227,18 +268,35 @@ func (o *Owner) Sealed() uint64 { return o.published.Load().Sealed }
 // Epoch returns the owner's epoch.
 func (o *Owner) Epoch() uint64 { return o.epoch }
 
-// Valid reports whether the owner may acknowledge now: nil while its lease holds,
-// ErrLeaseExpired once it ran out unrenewed, ErrFenced once another instance took
-// over, ErrReleased after Release.
+// Valid reports whether the owner may acknowledge now: nil while its instance
+// lease is valid in the generation the ownership was confirmed in; ErrLeaseExpired
+// while it is not (Confirm, once the lease is renewed, brings it back);
+// ErrFenced once another instance took over or the instance lease was lost;
+// ErrReleased after Release.
 func (o *Owner) Valid() error {
-	v := o.validity.Load()
-	if v.err != nil {
-		return v.err
+	if err := o.validity.Load().err; err != nil {
+		return err
 	}
-	if !o.opts.Clock.Now().Before(v.until) {
-		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, ErrLeaseExpired)
+	gen, err := o.lease.Valid()
+	switch {
+	case errors.Is(err, lease.ErrExpired):
+		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, errors.Join(ErrLeaseExpired, err))
+	case err != nil:
+		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, errors.Join(ErrFenced, err))
+	case gen != o.gen.Load():
+		return fmt.Errorf("manifest %s: epoch %d: the instance lease lapsed since the ownership was confirmed: %w", o.published.Load().Shard, o.epoch, ErrLeaseExpired)
 	}
 	return nil
+}
+
+// Lapsed reports whether the owner is valid but for a confirmation: its instance
+// lease is valid in a later generation than the ownership was confirmed in.
+func (o *Owner) Lapsed() bool {
+	if o.validity.Load().err != nil {
+		return false
+	}
+	gen, err := o.lease.Valid()
+	return err == nil && gen != o.gen.Load()
 }
 
 // stop makes every later call fail with err.
@@ -247,14 +305,15 @@ func (o *Owner) stop(err error) error {
 	return err
 }
 
-// Renew extends the lease. After a failure the old lease still runs out at its
-// time; after the epoch moved every call fails with ErrFenced.
-func (o *Owner) Renew(ctx context.Context) error {
+// Confirm writes the manifest unchanged, by compare-and-swap: that settles a write
+// in doubt, and, after the instance lease lapsed and was renewed, confirms the
+// ownership in the lease's new generation (a takeover that read the manifest
+// before fails to publish). After the epoch moved every call fails with ErrFenced.
+func (o *Owner) Confirm(ctx context.Context) error {
 	return o.update(ctx, func(*Manifest) error { return nil })
 }
 
-// Commit adds a sealed part, which must start at the sealed watermark, and renews the
-// lease. It is idempotent: a part whose key the manifest already holds (an earlier
+// Commit adds a sealed part, which must start at the sealed watermark. It is idempotent: a part whose key the manifest already holds (an earlier
 // attempt whose reply was lost) is success. A nil error means the part is in the
 // authority's manifest.
 func (o *Owner) Commit(ctx context.Context, p Part) error {
@@ -348,7 +407,7 @@ type replicaAdd struct {
 const maxConflicts = 8
 
 // PointTail points the manifest at the tail stream that holds the owner's records
-// past the sealed watermark from now on, and renews the lease.
+// past the sealed watermark from now on.
 func (o *Owner) PointTail(ctx context.Context, t Tail) error {
 	return o.update(ctx, func(m *Manifest) error {
 		m.Tail = &t
@@ -356,7 +415,7 @@ func (o *Owner) PointTail(ctx context.Context, t Tail) error {
 	})
 }
 
-// Release gives the lease up, so the next Acquire takes over at once. Every later
+// Release gives the shard up, so the next Acquire takes over at once. Every later
 // call fails with ErrReleased.
 func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false, 0, 0) }
 
@@ -389,10 +448,11 @@ func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until ui
 	return err
 }
 
-// update applies change to the manifest, renews the lease, and publishes by
-// compare-and-swap. On a precondition failure it reloads: a moved epoch fences the
-// owner for good; otherwise (a write of ours whose reply was lost) it applies change
-// again to what it found.
+// update applies change to the manifest and publishes it by compare-and-swap; a
+// publish that began while the instance lease was valid confirms the ownership in
+// that lease's generation. On a precondition failure it reloads: a moved epoch
+// fences the owner for good; otherwise (a write of ours whose reply was lost) it
+// applies change again to what it found.
 func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -414,14 +474,16 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		} else if err != nil {
 			return err
 		}
-		now := o.opts.Clock.Now()
-		if !m.Released {
-			m.LeaseExpiry = now.Add(o.opts.Duration)
-		}
+		gen, lerr := o.lease.Valid()
 		m.Seq++
 		ver, data, err := o.store.publish(ctx, m, o.mu.ver)
 		if err == nil {
-			o.publishedLocked(m, ver, now)
+			o.publishedLocked(m, ver)
+			if lerr == nil {
+				// It landed after it began, in the lease's generation gen: a
+				// takeover that read the manifest before fails to publish.
+				o.gen.Store(gen)
+			}
 			return nil
 		}
 		// A precondition failure is another write first (a new owner's, or ours
@@ -434,8 +496,12 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		}
 		// The authority was read: what follows is what it holds.
 		o.doubt.Store(false)
-		if landed { // the reply was lost, or a client's retry found its own write
-			o.publishedLocked(cur, curVer, now)
+		if landed {
+			// The reply was lost, or a client's retry found its own write; or an
+			// earlier write of the same bytes landed (a Confirm whose outcome was
+			// unknown), perhaps before the lease's current generation began: this
+			// one cannot confirm the ownership.
+			o.publishedLocked(cur, curVer)
 			return nil
 		}
 		if cur.Epoch != o.epoch || cur.Owner != o.instance {
@@ -453,15 +519,11 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 	}
 }
 
-// publishedLocked makes m, which the authority holds at ver, the owner's view; now
-// is when its lease was written.
-func (o *Owner) publishedLocked(m Manifest, ver substrate.Version, now time.Time) {
+// publishedLocked makes m, which the authority holds at ver, the owner's view.
+func (o *Owner) publishedLocked(m Manifest, ver substrate.Version) {
 	o.mu.ver = ver
 	o.published.Store(&m)
 	o.doubt.Store(false)
-	if !m.Released {
-		o.validity.Store(&validity{until: o.validUntil(now)})
-	}
 }
 
 // WaitCopies waits until every other substrate holds the manifest as this owner

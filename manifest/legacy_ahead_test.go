@@ -44,7 +44,7 @@ func TestALegacyReplicaAheadOfTheUpgradedHistoryIsReportedDiverged(t *testing.T)
 
 	st := NewStore(bucket(t, "a", aDrv), bucket(t, "b", bDrv))
 	t.Cleanup(st.Close)
-	o, _, err := Acquire(ctx, st, "s", "X", LeaseOptions{}, nil)
+	o, _, err := Acquire(ctx, st, "s", instance(t, st, "X", LeaseOptions{}), LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

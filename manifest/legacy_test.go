@@ -57,7 +57,7 @@ func TestALegacyManifestAheadOfAForkIsNeverOverwritten(t *testing.T) {
 
 	st := NewStore(bucket(t, "b", bDrv), bucket(t, "a", aDrv))
 	t.Cleanup(st.Close)
-	o, prev, err := Acquire(ctx, st, "s", "X", LeaseOptions{}, nil)
+	o, prev, err := Acquire(ctx, st, "s", instance(t, st, "X", LeaseOptions{}), LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

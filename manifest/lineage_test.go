@@ -71,7 +71,7 @@ func TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority(t *te
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a2, _, err := Acquire(ctx, stA, "s", "A", LeaseOptions{}, nil)
+	a2, _, err := Acquire(ctx, stA, "s", instance(t, stA, "A", LeaseOptions{}), LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority(t *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	cerr := c.Renew(ctx)
+	cerr := c.Confirm(ctx)
 	if m.Owner != "C" || m.Sealed != 8 {
 		t.Fatalf("after A's next takeover (epoch %d on a), its copy replaced C's diverged history on b (Flush: %v): b holds owner %q epoch %d seq %d sealed %d with %d parts; C committed parts through 8 there; C's next renewal: %v",
 			a2.Epoch(), ferr, m.Owner, m.Epoch, m.Seq, m.Sealed, len(m.Parts), cerr)
@@ -176,7 +176,7 @@ func TestADelayedCopyNeverAdoptsAnotherHistorysVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cerr := c.Renew(ctx)
+	cerr := c.Confirm(ctx)
 	if m.Owner != "C" || m.Sealed != 8 || !errors.Is(ferr, ErrDiverged) {
 		t.Fatalf("A's copies (epoch %d, another lineage) vs C's manifest on b: Flush %v; b holds owner %q epoch %d seq %d sealed %d with %d parts (C committed through 8); C's next renewal: %v",
 			a.Epoch(), ferr, m.Owner, m.Epoch, m.Seq, m.Sealed, len(m.Parts), cerr)

@@ -91,10 +91,14 @@ type Manifest struct {
 	// before authorities were recorded.
 	Authority string `json:"authority,omitempty"`
 	Fork      *Fork  `json:"fork,omitempty"`
-	// Owner is the instance that took Epoch. Its lease ends at LeaseExpiry, by its
-	// own clock, or when it is Released; the owner stays named after a release, so
-	// the next owner knows whose unsealed pages follow the sealed watermark.
+	// Owner is the instance that took Epoch, and Lease the token of its instance
+	// lease's acquisition (see package lease): the ownership lasts while that
+	// lease does, or until it is Released. The owner stays named after a release,
+	// so the next owner knows whose unsealed pages follow the sealed watermark.
+	// LeaseExpiry is the shard's own lease in a manifest written before instance
+	// leases (no Lease), by the owner's clock; zero in every other.
 	Owner       string    `json:"owner,omitempty"`
+	Lease       string    `json:"lease,omitempty"`
 	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
 	Released    bool      `json:"released,omitempty"`
 	// Backlog says that the owner released the lease with records past the

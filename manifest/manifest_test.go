@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // acquire takes the lease of shard "s" for instance "A" with the default options.
 func acquire(t *testing.T, st *Store) *Owner {
 	t.Helper()
-	o, _, err := Acquire(context.Background(), st, "s", "A", LeaseOptions{}, nil)
+	o, _, err := Acquire(context.Background(), st, "s", instance(t, st, "A", LeaseOptions{}), LeaseOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func coldOpen(t *testing.T, d substrate.Driver, lo LeaseOptions, parts ...Part) 
 	t.Helper()
 	st := NewStore(bucket(t, "b", d))
 	t.Cleanup(st.Close)
-	c, _, err := Acquire(context.Background(), st, "s", "C", lo, nil)
+	c, _, err := Acquire(context.Background(), st, "s", instance(t, st, "C", lo), lo, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func coldOpen(t *testing.T, d substrate.Driver, lo LeaseOptions, parts ...Part) 
 func renew(t *testing.T, o *Owner, n int) {
 	t.Helper()
 	for range n {
-		if err := o.Renew(context.Background()); err != nil {
+		if err := o.Confirm(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,28 +130,28 @@ func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
 	opts := LeaseOptions{Duration: 30 * time.Second, SkewMargin: 2 * time.Second, Clock: c}
-	a, prev, err := Acquire(ctx, st, "s", "A", opts, nil)
+	a, prev, err := Acquire(ctx, st, "s", instance(t, st, "A", opts), opts, nil)
 	if err != nil || a.Epoch() != 1 || prev.Epoch != 0 {
 		t.Fatalf("first acquire: epoch %v, prev %+v, %v", a, prev, err)
 	}
 	var owned *OwnedError
-	if _, _, err := Acquire(ctx, st, "s", "B", opts, nil); !errors.As(err, &owned) || owned.Owner != "A" {
+	if _, _, err := Acquire(ctx, st, "s", instance(t, st, "B", opts), opts, nil); !errors.As(err, &owned) || owned.Owner != "A" {
 		t.Fatalf("acquire of a held lease: %v, want an OwnedError naming A", err)
 	}
 	c.Advance(29 * time.Second) // past A's validity (30 s - 2 s), before the takeover (30 s + 2 s)
 	if err := a.Valid(); !errors.Is(err, ErrLeaseExpired) || !errors.Is(err, ErrFenced) {
 		t.Fatalf("A after 29 s unrenewed: %v, want ErrLeaseExpired", err)
 	}
-	if _, _, err := Acquire(ctx, st, "s", "B", opts, nil); !errors.Is(err, ErrOwned) {
+	if _, _, err := Acquire(ctx, st, "s", instance(t, st, "B", opts), opts, nil); !errors.Is(err, ErrOwned) {
 		t.Fatalf("B within the skew margin: %v, want ErrOwned", err)
 	}
 	c.Advance(4 * time.Second)
-	b, prev, err := Acquire(ctx, st, "s", "B", opts, nil)
+	b, prev, err := Acquire(ctx, st, "s", instance(t, st, "B", opts), opts, nil)
 	if err != nil || b.Epoch() != 2 || prev.Owner != "A" {
 		t.Fatalf("B after expiry: %v, prev %+v", err, prev)
 	}
 	for name, op := range map[string]func() error{
-		"renew":  func() error { return a.Renew(ctx) },
+		"renew":  func() error { return a.Confirm(ctx) },
 		"commit": func() error { return a.Commit(ctx, part(0, 10)) },
 		"valid":  a.Valid,
 	} {
@@ -164,7 +165,7 @@ func TestALeaseIsTakenOverOnlyWhenReleasedOrExpired(t *testing.T) {
 	if err := b.Valid(); !errors.Is(err, ErrReleased) {
 		t.Fatalf("after Release: %v", err)
 	}
-	a2, _, err := Acquire(ctx, st, "s", "A", opts, nil)
+	a2, _, err := Acquire(ctx, st, "s", instance(t, st, "A", opts), opts, nil)
 	if err != nil || a2.Epoch() != 3 {
 		t.Fatalf("acquire after release: %v", err)
 	}
@@ -174,34 +175,50 @@ func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Clock: c}, nil)
+	opts := LeaseOptions{Clock: c}
+	h := instance(t, st, "A", opts)
+	o, _, err := Acquire(ctx, st, "s", h, opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ver := manifestVersion(t, st)
 	for range 10 {
 		c.Advance(10 * time.Second)
-		if err := o.Renew(ctx); err != nil {
+		if err := h.Renew(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := o.Valid(); err != nil {
 			t.Fatalf("after renewal: %v", err)
 		}
 	}
-	if _, _, err := Acquire(ctx, st, "s", "B", LeaseOptions{Clock: c}, nil); !errors.Is(err, ErrOwned) {
+	if _, _, err := Acquire(ctx, st, "s", instance(t, st, "B", opts), opts, nil); !errors.Is(err, ErrOwned) {
 		t.Fatalf("B while A renews: %v", err)
 	}
+	if got := manifestVersion(t, st); got != ver {
+		t.Fatalf("the renewals of the instance lease rewrote the manifest (version %s, then %s)", ver, got)
+	}
+}
+
+// manifestVersion is the version of shard "s"'s manifest on st's authority.
+func manifestVersion(t *testing.T, st *Store) substrate.Version {
+	t.Helper()
+	_, ver, err := st.Load(context.Background(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ver
 }
 
 func TestWaitingForALeaseTakesItOverAtExpiry(t *testing.T) {
 	ctx := context.Background()
 	st := NewStore(bucket(t, "a", nil))
 	opts := LeaseOptions{Duration: 300 * time.Millisecond, SkewMargin: 50 * time.Millisecond}
-	if _, _, err := Acquire(ctx, st, "s", "A", opts, nil); err != nil {
+	if _, _, err := Acquire(ctx, st, "s", instance(t, st, "A", opts), opts, nil); err != nil {
 		t.Fatal(err)
 	}
 	opts.Wait = true
 	start := time.Now()
-	b, _, err := Acquire(ctx, st, "s", "B", opts, nil)
+	b, _, err := Acquire(ctx, st, "s", instance(t, st, "B", opts), opts, nil)
 	if err != nil || b.Epoch() != 2 {
 		t.Fatalf("waiting acquire: %v", err)
 	}
@@ -217,7 +234,7 @@ func TestConcurrentAcquiresHaveOneWinner(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			_, _, err := Acquire(ctx, st, "s", fmt.Sprint("i", i), LeaseOptions{}, nil)
+			_, _, err := Acquire(ctx, st, "s", instance(t, st, fmt.Sprint("i", i), LeaseOptions{}), LeaseOptions{}, nil)
 			if err == nil {
 				wins.Add(1)
 			} else if !errors.Is(err, ErrOwned) {
@@ -297,7 +314,7 @@ func TestACommitWhoseOutcomeCannotBeReadBackIsUnknownUntilTheNextWrite(t *testin
 		t.Fatalf("commit: %v, want ErrUnknownOutcome", err)
 	}
 	fd.SetRules()
-	if err := o.Renew(ctx); err != nil {
+	if err := o.Confirm(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if m := o.Manifest(); len(m.Parts) != 1 || m.Sealed != 10 {
@@ -366,4 +383,16 @@ func TestConcurrentAddReplicasShareAPublish(t *testing.T) {
 			t.Fatalf("part %s lost its record", p.Key)
 		}
 	}
+}
+
+// instance takes instance's lease on st's authority, as an engine does before its
+// first takeover, with the lease options opts implies.
+func instance(t testing.TB, st *Store, instance string, opts LeaseOptions) *lease.Held {
+	t.Helper()
+	opts.EnsureDefaults()
+	h, err := lease.Acquire(context.Background(), st.Authority(), lease.InstanceKey(instance), instance, nil, opts.LeaseOf())
+	if err != nil {
+		t.Error(err)
+	}
+	return h
 }

@@ -48,7 +48,7 @@ func TestACommitIsNeverTakenForAnEarlierWriteOfTheSameSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	fd.SetRules(sameSeqRules()...)
-	if err := o.Renew(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("W1 renew: %v, want ErrUnknownOutcome", err)
 	}
 	err := o.Commit(ctx, part(4, 4))
@@ -77,7 +77,7 @@ func TestAReleaseIsNeverTakenForAnEarlierWriteOfTheSameSequence(t *testing.T) {
 	t.Cleanup(st.Close)
 	o := acquire(t, st)
 	fd.SetRules(sameSeqRules()...)
-	if err := o.Renew(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("W1 renew: %v, want ErrUnknownOutcome", err)
 	}
 	rerr := o.Release(ctx)
@@ -85,7 +85,7 @@ func TestAReleaseIsNeverTakenForAnEarlierWriteOfTheSameSequence(t *testing.T) {
 	stB := NewStore(bucket(t, "auth", drv))
 	t.Cleanup(stB.Close)
 	if rerr == nil {
-		if _, _, err := Acquire(ctx, stB, "s", "B", LeaseOptions{}, nil); err != nil {
+		if _, _, err := Acquire(ctx, stB, "s", instance(t, stB, "B", LeaseOptions{}), LeaseOptions{}, nil); err != nil {
 			t.Fatalf("Release returned nil, yet the next instance cannot take over: %v", err)
 		}
 		t.Fatal("a Release that failed without landing returned nil")
@@ -94,19 +94,19 @@ func TestAReleaseIsNeverTakenForAnEarlierWriteOfTheSameSequence(t *testing.T) {
 	if err := o.Release(ctx); err != nil {
 		t.Fatalf("the retried Release: %v", err)
 	}
-	if _, _, err := Acquire(ctx, stB, "s", "B", LeaseOptions{}, nil); err != nil {
+	if _, _, err := Acquire(ctx, stB, "s", instance(t, stB, "B", LeaseOptions{}), LeaseOptions{}, nil); err != nil {
 		t.Fatalf("after the retried Release the next instance cannot take over: %v", err)
 	}
 }
 
-// TestAFailedRenewalNeverStretchesTheLease: the same confusion
-// on two renewals, with time between them. W1 (at t0) lands, reply and read back
-// lost. W2 (at t0+10s) fails plainly; its read back finds W1's seq and the owner
-// records a lease written at t0+10s, valid to t0+10s+Duration-Skew = t0+38s. The
-// authority says the lease expires at t0+30s, so B takes over at t0+32s. From t0+32s
-// to t0+38s both A (by Valid) and B hold the shard: A acknowledges appends that B's
-// history will never have.
-func TestAFailedRenewalNeverStretchesTheLease(t *testing.T) {
+// TestAManifestWriteNeverStretchesTheLease: the confusion of sameSeqRules on two
+// writes with time between them. W1 (at t0) lands, reply and read back lost. W2
+// (at t0+10s) fails plainly; its read back finds W1's bytes. When a manifest write
+// renewed the shard's lease, the owner took that for a lease written at t0+10s,
+// valid past the expiry the authority held, so that B took over while A still
+// acknowledged. Now no manifest write extends anything: A's validity is its
+// instance lease's, which runs out unrenewed before B may take over.
+func TestAManifestWriteNeverStretchesTheLease(t *testing.T) {
 	ctx := context.Background()
 	clk := testclock.New()
 	drv := mem.New()
@@ -114,26 +114,24 @@ func TestAFailedRenewalNeverStretchesTheLease(t *testing.T) {
 	st := NewStore(bucket(t, "auth", fd))
 	t.Cleanup(st.Close)
 	opts := LeaseOptions{Clock: clk}
-	o, _, err := Acquire(ctx, st, "s", "A", opts, nil)
+	o, _, err := Acquire(ctx, st, "s", instance(t, st, "A", opts), opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fd.SetRules(sameSeqRules()...)
 	clk.Advance(time.Second)
-	if err := o.Renew(ctx); !errors.Is(err, ErrUnknownOutcome) {
-		t.Fatalf("W1 renew: %v, want ErrUnknownOutcome", err)
+	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("W1: %v, want ErrUnknownOutcome", err)
 	}
 	clk.Advance(10 * time.Second)
-	if err := o.Renew(ctx); err == nil {
-		t.Error("a renewal that failed without landing returned nil")
-	}
+	o.Confirm(ctx) // W2: the authority holds its bytes, which W1 wrote
 	fd.SetRules()
 	// Every later write of A's fails (the authority is unreachable for A).
 	fd.SetRules(fault.Rule{Key: "manifest$", Err: errors.New("A partitioned")})
 	clk.Advance(22 * time.Second) // t0+33s: past the authority's expiry plus the skew margin
 	stB := NewStore(bucket(t, "auth", drv))
 	t.Cleanup(stB.Close)
-	b, _, err := Acquire(ctx, stB, "s", "B", opts, nil)
+	b, _, err := Acquire(ctx, stB, "s", instance(t, stB, "B", opts), opts, nil)
 	if err != nil {
 		t.Fatalf("B's takeover after the authority's expiry: %v", err)
 	}

@@ -20,7 +20,7 @@ func TestAnOwnerWhoseWriteMayHaveLandedUnseenIsNotSettled(t *testing.T) {
 	ctx := context.Background()
 	drv := fault.Wrap(mem.New(), 1)
 	st := NewStore(bucket(t, "a", drv))
-	o, _, err := Acquire(ctx, st, "s", "A", LeaseOptions{Clock: testclock.New()}, nil)
+	o, _, err := Acquire(ctx, st, "s", instance(t, st, "A", LeaseOptions{Clock: testclock.New()}), LeaseOptions{Clock: testclock.New()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,14 +32,14 @@ func TestAnOwnerWhoseWriteMayHaveLandedUnseenIsNotSettled(t *testing.T) {
 		fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Err: lost, Ambiguous: true},
 		fault.Rule{Ops: []substrate.Op{substrate.OpGet}, Err: lost},
 	)
-	if err := o.Renew(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("renewal with its reply and the read-back lost: %v, want ErrUnknownOutcome", err)
 	}
 	if o.Settled() {
 		t.Fatal("the owner says its view is the authority's after a write that may have landed unseen")
 	}
 	drv.SetRules()
-	if err := o.Renew(ctx); err != nil {
+	if err := o.Confirm(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !o.Settled() {

@@ -37,6 +37,10 @@ type Store struct {
 
 func (s *Store) authorityName() string { return s.name }
 
+// Authority is the substrate the Store publishes to by compare-and-swap, where
+// the owners' instance leases are too.
+func (s *Store) Authority() *substrate.Bucket { return s.authority }
+
 // StoreOptions configure a Store. The zero value of each field means its default.
 type StoreOptions struct {
 	// Logger receives the copies' failures; nil discards them.

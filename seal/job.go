@@ -160,7 +160,7 @@ func (j Job) settle(ctx context.Context) ([]Committed, error) {
 	if j.Doubts == nil || j.Doubts.Len() == 0 {
 		return nil, nil
 	}
-	if err := j.Owner.Renew(ctx); err != nil {
+	if err := j.Owner.Confirm(ctx); err != nil {
 		if errors.Is(err, manifest.ErrFenced) {
 			err = errors.Join(err, ErrStopped)
 		}

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/manifest"
+)
+
+// instanceLease is the engine's one lease: every shard it owns names it in its
+// manifest, and is owned while it lives. It is taken at the first takeover (Open
+// needs no object store), renewed every RenewEvery by one conditional write
+// whatever the number of shards, and released at Close.
+type instanceLease struct {
+	mu       sync.Mutex
+	held     *lease.Held
+	acquired chan struct{} // closed once held is set
+}
+
+// lease returns the engine's instance lease, taking it on the first call. The
+// lease is the instance's own: an earlier holder of it is this Dir's previous
+// engine, gone (the WAL's lock says so), and whatever it owned is taken over.
+func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
+	e.inst.mu.Lock()
+	defer e.inst.mu.Unlock()
+	if h := e.inst.held; h != nil {
+		_, err := h.Valid()
+		switch {
+		case errors.Is(err, lease.ErrExpired):
+			// Renewals failed, or the clock jumped: a takeover under an expired
+			// lease would only be confirmed at the next renewal.
+			if err := e.renew(ctx, h); err != nil {
+				return nil, err
+			}
+		case err != nil:
+			return nil, fmt.Errorf("engine: instance %q's lease: %w", e.opts.Instance, err)
+		}
+		return h, nil
+	}
+	h, err := lease.Acquire(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.Lease.LeaseOf())
+	if err != nil {
+		return nil, fmt.Errorf("engine: the instance lease: %w", err)
+	}
+	e.inst.held = h
+	close(e.inst.acquired)
+	return h, nil
+}
+
+// heldLease returns the instance lease if it was taken.
+func (e *Engine) heldLease() *lease.Held {
+	e.inst.mu.Lock()
+	defer e.inst.mu.Unlock()
+	return e.inst.held
+}
+
+// renewLease renews the instance lease RenewEvery after its previous renewal
+// began, however long that one took, and sooner after a failure. A renewal that
+// completes after the lease ran out starts a new generation of it: every owned
+// shard's ownership is then confirmed by a write of its manifest before it
+// acknowledges again (see manifest.Owner.Confirm).
+func (e *Engine) renewLease() {
+	defer close(e.done)
+	select {
+	case <-e.stop:
+		return
+	case <-e.inst.acquired:
+	}
+	h := e.heldLease()
+	due := h.Renewed().Add(e.opts.RenewEvery)
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.opts.Clock.After(due.Sub(e.opts.Clock.Now())):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewEvery)
+		err := e.renew(ctx, h)
+		switch {
+		case errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrReleased):
+			cancel()
+			e.opts.Logger.Error("engine: the instance lease is gone: every shard is fenced", "err", err)
+			return
+		case err != nil:
+			e.opts.Logger.Warn("engine: instance lease renewal failed", "err", err)
+			due = e.opts.Clock.Now().Add(e.opts.RenewEvery / renewRetries)
+		default:
+			due = h.Renewed().Add(e.opts.RenewEvery)
+		}
+		cancel()
+	}
+}
+
+// renew renews the instance lease h, then confirms every ownership a lapse left
+// unconfirmed.
+func (e *Engine) renew(ctx context.Context, h *lease.Held) error {
+	if err := h.Renew(ctx); err != nil {
+		return err
+	}
+	e.confirmLapsed(ctx)
+	return nil
+}
+
+// renewRetries is how many times a failed renewal is tried within RenewEvery.
+const renewRetries = 5
+
+// confirmLapsed confirms every ownership the instance lease's new generation left
+// unconfirmed, renewConcurrency at a time.
+func (e *Engine) confirmLapsed(ctx context.Context) {
+	owners, _ := e.owners()
+	sem := make(chan struct{}, renewConcurrency)
+	var wg sync.WaitGroup
+	for id, o := range owners {
+		if !o.Lapsed() {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := o.Confirm(ctx); err != nil && !errors.Is(err, manifest.ErrReleased) {
+				e.opts.Logger.Warn("engine: confirming a shard after the lease lapsed", "shard", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// releaseLease gives the instance lease up at Close, after every shard was closed
+// or retired: a shard left unreleased is then taken over at once, its tail fenced.
+// A release that fails is logged: the lease runs out at its time, and the shards
+// released already are anyone's.
+func (e *Engine) releaseLease(ctx context.Context) {
+	h := e.heldLease()
+	if h == nil {
+		return
+	}
+	if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		e.opts.Logger.Warn("engine: close: the instance lease was not released; it runs out", "err", err)
+	}
+}
