@@ -8,6 +8,7 @@ import (
 
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/substrate"
 )
 
 // instanceLease is the engine's one lease: every shard it owns names it in its
@@ -140,3 +141,20 @@ func (e *Engine) releaseLease(ctx context.Context) {
 		e.opts.Logger.Warn("engine: close: the instance lease was not released; it runs out", "err", err)
 	}
 }
+
+// Lease returns the engine's instance lease, taking it if no open has yet: the
+// lease every shard it owns is owned under, and through which it is known to a
+// fleet (see package fleet). Its attributes are the caller's to set; the engine
+// renews it until Close, and releases it then.
+func (e *Engine) Lease(ctx context.Context) (*lease.Held, error) {
+	e.mu.Lock()
+	closed := e.mu.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	return e.lease(ctx)
+}
+
+// Authority is the replica the engine's manifests and lease are on.
+func (e *Engine) Authority() *substrate.Bucket { return e.store.Authority() }

@@ -39,6 +39,10 @@ type Metrics struct {
 	// StrandedRecords counts acknowledged records an open dropped because another
 	// instance had taken the shard over since (see DESIGN.md, "Ownership").
 	StrandedRecords uint64
+	// TailRecordsTaken counts the records takeovers read from a previous owner's
+	// tail: what a move that was not a cooperative Close made the next owner
+	// replay (a Close seals everything first, and leaves none).
+	TailRecordsTaken uint64
 	// Uploads count the copies of parts sealed in this process, and
 	// BackfillUploads those of history; UploadLagMicrosTotal sums, over the parts
 	// sealed here, the time from seal to a copy on every replica (backfills add
@@ -93,6 +97,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	fsyncs     prometheus.CounterFunc
 	stranded   prometheus.Counter
+	tailTaken  prometheus.Counter
 	lag        prometheus.Histogram
 	uploads    []prometheus.Collector
 	seals      []prometheus.Collector
@@ -136,6 +141,10 @@ func newMetrics(e *Engine) *metrics {
 		oldestAge: prometheus.NewDesc("l0_oldest_unsealed_age_seconds",
 			"Age of a shard's oldest record not yet sealed; 0 without any.", []string{"shard"}, nil),
 	}
+	m.tailTaken = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_takeover_tail_records_total",
+		Help: "Records takeovers read from a previous owner's tail: what moves other than a cooperative close made the next owner replay.",
+	})
 	m.stranded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "l0_stranded_records_total",
 		Help: "Acknowledged records dropped at an open because another instance had taken the shard over since.",
@@ -223,7 +232,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.registerer = reg
-	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, shardCollector{m}}, m.seals...)
+	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, m.tailTaken, shardCollector{m}}, m.seals...)
 	all = append(all, m.tail...)
 	for _, c := range append(all, m.uploads...) {
 		if err := reg.Register(c); err != nil {
@@ -319,6 +328,7 @@ func (e *Engine) Metrics() Metrics {
 		AppendErrors:    make(map[string]uint64, len(reasons)),
 		WALFsyncs:       m.walFsyncs(),
 		StrandedRecords: counterValue(m.stranded),
+		TailRecordsTaken: counterValue(m.tailTaken),
 		Shards:          make(map[string]ShardMetrics),
 	}
 	st := e.sealer.Stats()

@@ -41,22 +41,24 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 	}
 	for {
-		owner, err := e.takeOverOnce(ctx, id, held, lopts)
+		owner, taken, err := e.takeOverOnce(ctx, id, held, lopts)
 		if errors.Is(err, manifest.ErrMoved) {
 			continue
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 		}
+		e.metrics.tailTaken.Add(float64(taken))
 		return owner, e.log.Info(id).Pages > 0, nil
 	}
 }
 
-// takeOverOnce is one attempt of takeOver; manifest.ErrMoved means start again.
-func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, opts manifest.LeaseOptions) (*manifest.Owner, error) {
+// takeOverOnce is one attempt of takeOver, and how many records it read from the
+// previous owner's tail; manifest.ErrMoved means start again.
+func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, opts manifest.LeaseOptions) (*manifest.Owner, int, error) {
 	c, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	prev := c.Prev
 	walEpoch := e.log.Info(id).Epoch
@@ -64,7 +66,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		// The WAL saw a later epoch than the manifest holds: the bucket is not the
 		// one this engine used, or lost its manifest. Adopting now could drop
 		// acknowledged records; refuse.
-		return nil, fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
+		return nil, 0, fmt.Errorf("%w: the WAL carries epoch %d of shard %q, the manifest on %s only %d",
 			ErrManifestBehind, walEpoch, id, e.set.Authority().Name, prev.Epoch)
 	}
 	// The WAL's pages are the previous owner's (ours) if we took the previous
@@ -72,19 +74,20 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 	// crash (or a lost reply) kept from being seen.
 	ours := prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
 	epoch := c.Epoch()
+	var taken int
 	if ours {
 		if err := e.log.SetEpoch(id, epoch); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		// Drop what the manifest says is sealed (a seal that committed and did not
 		// truncate); keep the rest as the backlog.
 		if _, err := e.log.Adopt(id, epoch, prev.Sealed, true); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	} else {
 		recs, fenced, err := e.readTail(ctx, prev)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if fenced {
 			// The fence stops the previous owner's acknowledgements; what it
@@ -92,28 +95,30 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 			// the fence again from there.
 			again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if again.Prev.Seq != prev.Seq {
-				return nil, fmt.Errorf("%w: the manifest moved while the tail was fenced", manifest.ErrMoved)
+				return nil, 0, fmt.Errorf("%w: the manifest moved while the tail was fenced", manifest.ErrMoved)
 			}
 		}
 		if err := e.supersede(id, walEpoch, prev, recs); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := e.log.SetEpoch(id, epoch); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := e.log.Import(id, epoch, prev.Sealed, prev.Sealed, recs); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
+		taken = len(recs)
 	}
 	stream := e.tail.cur.Load()
 	ptr := e.tailPointer(stream)
 	if err := e.shipBacklog(ctx, stream, id, epoch, prev.Sealed, false); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return manifest.Take(ctx, e.store, c, held, opts, ptr)
+	o, err := manifest.Take(ctx, e.store, c, held, opts, ptr)
+	return o, taken, err
 }
 
 // supersede drops the shard's pages that this WAL holds of an ownership another

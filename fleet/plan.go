@@ -1,6 +1,3 @@
-// Package fleet places the shards of a store on the engines of a fleet: which
-// member should own each shard. This file is the planner, a pure function; the
-// members, their leases and the published assignment build on it.
 package fleet
 
 import (

@@ -167,15 +167,57 @@ func (s *Shard) Close(ctx context.Context) error {
 	}
 	defer s.closed()
 	s.cfg.Sealer.Remove(s.id, true)
+	if err := s.sealAll(ctx); err != nil {
+		return fmt.Errorf("shard %q: close: %w", s.id, err)
+	}
+	return s.handOver(ctx)
+}
+
+// Drain hands the shard over to another owner: it is Close, unless sealing takes
+// longer than deadline (or fails); then it stops sealing and does what Retire
+// does, so that the next owner reads the unsealed pages from the tail rather than
+// waiting for them. forced reports the second. Either way the lease is released
+// unless an error says otherwise.
+func (s *Shard) Drain(ctx context.Context, deadline time.Duration) (forced bool, err error) {
+	if !s.stopIntake() {
+		return false, fmt.Errorf("shard %q: %w", s.id, ErrClosed)
+	}
+	defer s.closed()
+	s.cfg.Sealer.Remove(s.id, true)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer s.cfg.Clock.AfterFunc(deadline, cancel)()
+	if serr := s.sealAll(sctx); serr != nil {
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("shard %q: drain: %w", s.id, serr)
+		}
+		if err := s.leave(ctx); err != nil {
+			return true, fmt.Errorf("shard %q: drain past its deadline: %w", s.id, errors.Join(serr, err))
+		}
+		return true, nil
+	}
+	if err := s.handOver(ctx); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// sealAll seals everything still unsealed.
+func (s *Shard) sealAll(ctx context.Context) error {
 	for {
 		res, err := s.Seal(ctx, math.MaxUint64)
 		if err != nil {
-			return fmt.Errorf("shard %q: close: %w", s.id, err)
+			return err
 		}
 		if !res.Cut {
-			break
+			return nil
 		}
 	}
+}
+
+// handOver ends a cooperative close, everything sealed: it waits for the parts'
+// copies, releases the lease, and waits for every replica to hold the release.
+func (s *Shard) handOver(ctx context.Context) error {
 	if err := s.waitUploads(ctx); err != nil && ctx.Err() != nil {
 		return fmt.Errorf("shard %q: close: %w", s.id, err)
 	}
@@ -233,16 +275,21 @@ func (s *Shard) Retire(ctx context.Context) error {
 	}
 	defer s.closed()
 	s.cfg.Sealer.Remove(s.id, true)
+	if err := s.leave(ctx); err != nil {
+		return fmt.Errorf("shard %q: retire: %w", s.id, err)
+	}
+	return nil
+}
+
+// leave releases the lease without sealing (see Retire), intake stopped.
+func (s *Shard) leave(ctx context.Context) error {
 	if s.doubts.Len() > 0 {
 		if committed, err := s.job().Settle(ctx); err == nil {
 			s.copy(committed)
 			s.waitUploads(ctx)
 		}
 	}
-	if err := ReleaseLeaving(ctx, s.cfg.Log, s.cfg.Owner, s.id); err != nil {
-		return fmt.Errorf("shard %q: retire: %w", s.id, err)
-	}
-	return nil
+	return ReleaseLeaving(ctx, s.cfg.Log, s.cfg.Owner, s.id)
 }
 
 // ReleaseLeaving gives o's lease on shard id back without sealing. With pages in

@@ -1,0 +1,59 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/fleet"
+	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/mem"
+)
+
+// A server's loop: open the engine, join the fleet, route each append to the
+// shard if this member has it open (or tell the client who should), and leave
+// before closing the engine, so that every shard is handed over cooperatively.
+func Example() {
+	ctx := context.Background()
+	bucket, _ := substrate.New(mem.New(), substrate.Options{Name: "shared"}) // GCS or S3 in production
+	defer bucket.Close()
+	dir, _ := os.MkdirTemp("", "l0-fleet-example")
+	defer os.RemoveAll(dir)
+
+	e, err := engine.Open(ctx, engine.Options{Dir: dir, Bucket: bucket})
+	if err != nil {
+		panic(err)
+	}
+	defer e.Close()
+	catalog := []fleet.Shard{{ID: "orders-0"}, {ID: "orders-1"}, {ID: "orders-2"}, {ID: "orders-3", Weight: 2}}
+	m, err := fleet.Join(ctx, e, fleet.Options{
+		Weight:    1,
+		Shards:    func(context.Context) ([]fleet.Shard, error) { return catalog, nil },
+		PollEvery: 50 * time.Millisecond,
+		Revoked:   func(id string) { /* stop routing appends for id here */ },
+	})
+	if err != nil {
+		panic(err)
+	}
+	for len(m.Owned()) < len(catalog) { // the only member: every shard comes here
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("owns", m.Owned())
+
+	// An append for a shard: through the member that has it open.
+	if sh, ok := m.Shard("orders-3"); ok {
+		off, err := sh.Append(ctx, []byte("order 1"))
+		fmt.Println("appended at", off, err)
+	}
+
+	// Shutting down: hand every shard over, then close the engine.
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fmt.Println("left:", m.Leave(lctx), "owns", m.Owned())
+	// Output:
+	// owns [orders-0 orders-1 orders-2 orders-3]
+	// appended at 0 <nil>
+	// left: <nil> owns []
+}

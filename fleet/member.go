@@ -1,0 +1,449 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/l0store/l0/clock"
+	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
+)
+
+var (
+	// ErrInvalidOptions reports Options that Join refuses.
+	ErrInvalidOptions = errors.New("fleet: invalid options")
+	// ErrCorrupt reports a fleet object that does not decode.
+	ErrCorrupt = errors.New("fleet: corrupt")
+	// ErrLeft reports use of a Membership after Leave.
+	ErrLeft = errors.New("fleet: left")
+)
+
+// Options configure a Membership. The zero value of each field means its default,
+// except Shards, which is required.
+type Options struct {
+	// Name is the fleet's: its leader lease and assignment are the objects
+	// fleet/<Name>/leader and fleet/<Name>/assignment on the engines' authority.
+	// Default "default".
+	Name string
+	// Weight is the member's share of the load relative to the others; 0 is 1.
+	Weight float64
+	// Shards returns every shard to place, with its weight: the server's catalog.
+	// The leader calls it before each publish; every member must see the same.
+	Shards func(ctx context.Context) ([]Shard, error)
+	// PollEvery is how often a member reads the assignment and the leader plans.
+	// Default 1 s.
+	PollEvery time.Duration
+	// PublishEvery is the least time between two publishes of the assignment
+	// (GCS throttles writes to one object beyond about one a second). Default 1 s.
+	PublishEvery time.Duration
+	// RetryEvery is how often an open of an assigned shard that its previous
+	// owner still holds is tried again. Default 50 ms.
+	RetryEvery time.Duration
+	// DrainDeadline bounds a cooperative handoff: a revoked shard still sealing
+	// after it is retired instead, and its next owner reads the rest from the
+	// tail. Default 10 s.
+	DrainDeadline time.Duration
+	// Revoked, if set, is called before a revoked shard's drain begins (a server
+	// stops routing appends to it); Opened after a shard assigned here opened.
+	Revoked func(id string)
+	Opened  func(id string, sh *shard.Shard)
+	// Logger receives failures of the background steps; nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Name == "" {
+		o.Name = "default"
+	}
+	if o.PollEvery == 0 {
+		o.PollEvery = time.Second
+	}
+	if o.PublishEvery == 0 {
+		o.PublishEvery = time.Second
+	}
+	if o.RetryEvery == 0 {
+		o.RetryEvery = 50 * time.Millisecond
+	}
+	if o.DrainDeadline == 0 {
+		o.DrainDeadline = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Shards == nil:
+		return fmt.Errorf("%w: Shards is required", ErrInvalidOptions)
+	case o.Weight < 0:
+		return fmt.Errorf("%w: Weight %v", ErrInvalidOptions, o.Weight)
+	case o.PollEvery < 0 || o.PublishEvery < 0 || o.RetryEvery < 0 || o.DrainDeadline < 0:
+		return fmt.Errorf("%w: %+v", ErrInvalidOptions, *o)
+	case shard.ValidateID(o.Name) != nil:
+		return fmt.Errorf("%w: Name %q: %w", ErrInvalidOptions, o.Name, shard.ValidateID(o.Name))
+	}
+	return nil
+}
+
+// Membership is an engine taking part in a fleet: it publishes itself through the
+// engine's instance lease, follows the published assignment — opening the shards
+// assigned to it and handing over those assigned elsewhere — and, while it holds
+// the leader lease, plans and publishes the assignment. It is safe for concurrent
+// use.
+type Membership struct {
+	e         *engine.Engine
+	id        string
+	bucket    *substrate.Bucket
+	held      *lease.Held
+	leaseOpts lease.Options
+	clock     clock.Clock
+	opts      Options
+	taken0    uint64 // the engine's TailRecordsTaken at Join
+
+	// The loop's own state; leaderMu guards leader, which Stats reads too.
+	leaderMu    sync.Mutex
+	leader      *lease.Held
+	lastPublish time.Time
+	claimMu     sync.Mutex // the loop and Leave both claim
+	claimed     string     // the attrShards last published
+
+	mu struct {
+		sync.Mutex
+		open     map[string]*shard.Shard
+		opening  map[string]bool
+		draining map[string]bool
+		assigned Assignment // as last read
+		leaving  bool
+		drains   []time.Duration
+	}
+	stats struct {
+		revocations, cooperative, forced, opens, publishes, failures atomic.Uint64
+	}
+	wg   sync.WaitGroup // the opens and drains in flight
+	stop chan struct{}
+	done chan struct{}
+	left atomic.Bool
+}
+
+// Join makes the engine a member of the fleet opts names, with its weight, and
+// starts following the assignment. The engine must stay open until Leave returns.
+func Join(ctx context.Context, e *engine.Engine, opts Options) (*Membership, error) {
+	opts.ensureDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	held, err := e.Lease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := &Membership{
+		e: e, id: e.Instance(), bucket: e.Authority(), held: held, leaseOpts: held.Options(),
+		clock: held.Options().Clock, opts: opts, taken0: e.Metrics().TailRecordsTaken,
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	m.mu.open = map[string]*shard.Shard{}
+	m.mu.opening = map[string]bool{}
+	m.mu.draining = map[string]bool{}
+	m.mu.assigned = Assignment{}
+	if err := held.SetAttrs(ctx, m.attrs("", false)); err != nil {
+		return nil, fmt.Errorf("fleet %s: join: %w", opts.Name, err)
+	}
+	go m.run()
+	return m, nil
+}
+
+// attrs are the member's lease attributes, owning shards, leaving or not. The
+// lease's other attributes are kept.
+func (m *Membership) attrs(shards string, leaving bool) map[string]string {
+	a := m.held.Attrs()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[attrFleet] = m.opts.Name
+	a[attrWeight] = strconv.FormatFloat(m.opts.Weight, 'g', -1, 64)
+	a[attrShards] = shards
+	delete(a, attrLeaving)
+	if leaving {
+		a[attrLeaving] = "1"
+	}
+	return a
+}
+
+// ID is the member's id, its engine's instance.
+func (m *Membership) ID() string { return m.id }
+
+// Shard returns the shard id if this member has it open.
+func (m *Membership) Shard(id string) (*shard.Shard, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sh, ok := m.mu.open[id]
+	return sh, ok
+}
+
+// Owned returns the ids of the shards this member has open, sorted.
+func (m *Membership) Owned() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.mu.open))
+}
+
+// Stats are a member's counts.
+type Stats struct {
+	// Owned is the number of shards open here.
+	Owned int
+	// Leader reports whether the member holds the leader lease.
+	Leader bool
+	// Opens counts the shards opened because they were assigned here.
+	Opens uint64
+	// Revocations counts the handoffs of shards assigned elsewhere; Cooperative
+	// those that sealed everything and released within DrainDeadline, Forced
+	// those retired past it (or after a seal failed).
+	Revocations, Cooperative, Forced uint64
+	// Drains are how long each handoff took, from its start to the release.
+	Drains []time.Duration
+	// ReplayedRecords counts the records this member's opens read from a
+	// previous owner's tail: 0 when every handoff was cooperative.
+	ReplayedRecords uint64
+	// Publishes counts the assignments this member published as leader;
+	// Failures the background steps that failed (each logged).
+	Publishes, Failures uint64
+}
+
+// Stats returns the member's counts.
+func (m *Membership) Stats() Stats {
+	m.mu.Lock()
+	s := Stats{Owned: len(m.mu.open), Drains: slices.Clone(m.mu.drains)}
+	m.mu.Unlock()
+	s.Leader = m.isLeader()
+	s.Opens, s.Revocations = m.stats.opens.Load(), m.stats.revocations.Load()
+	s.Cooperative, s.Forced = m.stats.cooperative.Load(), m.stats.forced.Load()
+	s.Publishes, s.Failures = m.stats.publishes.Load(), m.stats.failures.Load()
+	s.ReplayedRecords = m.e.Metrics().TailRecordsTaken - m.taken0
+	return s
+}
+
+// isLeader reports whether the member holds the leader lease now.
+func (m *Membership) isLeader() bool {
+	m.leaderMu.Lock()
+	defer m.leaderMu.Unlock()
+	if m.leader == nil {
+		return false
+	}
+	_, err := m.leader.Valid()
+	return err == nil
+}
+
+// run is the member's loop: a step every PollEvery until Leave.
+func (m *Membership) run() {
+	defer close(m.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-m.stop
+		cancel()
+	}()
+	for {
+		if err := m.step(ctx); err != nil && ctx.Err() == nil {
+			m.stats.failures.Add(1)
+			m.opts.Logger.Warn("fleet: step failed", "fleet", m.opts.Name, "member", m.id, "err", err)
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-m.clock.After(m.opts.PollEvery):
+		}
+	}
+}
+
+// step leads if it can, reads the assignment, follows it, and publishes what the
+// member owns.
+func (m *Membership) step(ctx context.Context) error {
+	m.leaderMu.Lock()
+	lerr := m.lead(ctx)
+	m.leaderMu.Unlock()
+	p, _, err := readAssignment(ctx, m.bucket, m.opts.Name)
+	if err != nil {
+		return errors.Join(lerr, err)
+	}
+	m.follow(ctx, p.Shards)
+	return errors.Join(lerr, m.claim(ctx))
+}
+
+// claim publishes the shards the member owns in its lease, when they changed.
+func (m *Membership) claim(ctx context.Context) error {
+	m.claimMu.Lock()
+	defer m.claimMu.Unlock()
+	m.mu.Lock()
+	owned := strings.Join(slices.Sorted(maps.Keys(m.mu.open)), ",")
+	leaving := m.mu.leaving
+	m.mu.Unlock()
+	if owned == m.claimed && !leaving {
+		return nil
+	}
+	if err := m.held.SetAttrs(ctx, m.attrs(owned, leaving)); err != nil {
+		return fmt.Errorf("fleet %s: publish the member's shards: %w", m.opts.Name, err)
+	}
+	m.claimed = owned
+	return nil
+}
+
+// follow opens the shards assigned here that are not open, and hands over the
+// open ones assigned elsewhere (or no longer placed at all).
+func (m *Membership) follow(ctx context.Context, a Assignment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.assigned = a
+	for id, sh := range m.mu.open {
+		if a[id] == m.id || m.mu.draining[id] {
+			continue
+		}
+		m.mu.draining[id] = true
+		m.wg.Go(func() { m.drain(ctx, id, sh, a[id] != "") })
+	}
+	if m.mu.leaving {
+		return
+	}
+	for id, to := range a {
+		if to != m.id || m.mu.open[id] != nil || m.mu.opening[id] || m.mu.draining[id] {
+			continue
+		}
+		m.mu.opening[id] = true
+		m.wg.Go(func() { m.open(ctx, id) })
+	}
+}
+
+// stillAssigned reports whether id is assigned here by the last assignment read,
+// and the member is not leaving.
+func (m *Membership) stillAssigned(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.assigned[id] == m.id && !m.mu.leaving
+}
+
+// open opens a shard assigned here, again every RetryEvery while its previous
+// owner holds it (it is draining) and it stays assigned here.
+func (m *Membership) open(ctx context.Context, id string) {
+	defer func() {
+		m.mu.Lock()
+		delete(m.mu.opening, id)
+		m.mu.Unlock()
+	}()
+	for {
+		sh, err := m.e.OpenShard(ctx, id)
+		if err == nil {
+			m.stats.opens.Add(1)
+			m.mu.Lock()
+			m.mu.open[id] = sh
+			m.mu.Unlock()
+			if m.opts.Opened != nil {
+				m.opts.Opened(id, sh)
+			}
+			return
+		}
+		if !errors.Is(err, engine.ErrOwned) {
+			m.stats.failures.Add(1)
+			m.opts.Logger.Warn("fleet: open of an assigned shard failed", "fleet", m.opts.Name, "shard", id, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.clock.After(m.opts.RetryEvery):
+		}
+		if !m.stillAssigned(id) {
+			return
+		}
+	}
+}
+
+// drain hands a shard over: cooperatively within DrainDeadline, else forced. A
+// shard no longer placed anywhere (gone from the catalog) is closed the same way,
+// and not counted as a revocation.
+func (m *Membership) drain(ctx context.Context, id string, sh *shard.Shard, revoked bool) {
+	if m.opts.Revoked != nil {
+		m.opts.Revoked(id)
+	}
+	start := m.clock.Now()
+	forced, err := sh.Drain(ctx, m.opts.DrainDeadline)
+	took := m.clock.Now().Sub(start)
+	if err != nil {
+		m.stats.failures.Add(1)
+		m.opts.Logger.Warn("fleet: handoff failed", "fleet", m.opts.Name, "shard", id, "forced", forced, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.mu.open, id)
+	delete(m.mu.draining, id)
+	if revoked {
+		m.mu.drains = append(m.mu.drains, took)
+	}
+	m.mu.Unlock()
+	if !revoked {
+		return
+	}
+	m.stats.revocations.Add(1)
+	if forced {
+		m.stats.forced.Add(1)
+	} else if err == nil {
+		m.stats.cooperative.Add(1)
+	}
+}
+
+// Leave takes the member out of the fleet: it says so in its lease, so that the
+// leader assigns its shards elsewhere, hands each over as it is revoked, and
+// returns once none is left, or ctx ended (the rest are retired: forced). It then
+// gives the leader lease up if it held it. The engine stays open.
+func (m *Membership) Leave(ctx context.Context) error {
+	if !m.left.CompareAndSwap(false, true) {
+		return ErrLeft
+	}
+	m.mu.Lock()
+	m.mu.leaving = true
+	m.mu.Unlock()
+	var errs []error
+	if err := m.claim(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for len(m.Owned()) > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-m.clock.After(m.opts.RetryEvery):
+		}
+	}
+	close(m.stop)
+	<-m.done
+	m.wg.Wait()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.DrainDeadline)
+	defer cancel()
+	m.mu.Lock()
+	rest := maps.Clone(m.mu.open)
+	m.mu.Unlock()
+	for id, sh := range rest {
+		m.drain(rctx, id, sh, true)
+	}
+	m.leaderMu.Lock()
+	if m.leader != nil {
+		if err := m.leader.Release(rctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.leaderMu.Unlock()
+	a := m.held.Attrs()
+	for _, k := range []string{attrFleet, attrWeight, attrShards, attrLeaving} {
+		delete(a, k)
+	}
+	if err := m.held.SetAttrs(rctx, a); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
