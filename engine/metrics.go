@@ -321,15 +321,15 @@ func (e *Engine) Metrics() Metrics {
 	var h dto.Metric
 	_ = m.duration.Write(&h)
 	out := Metrics{
-		Appends:         counterValue(m.appends),
-		AppendedRecords: counterValue(m.records),
-		AppendedBytes:   counterValue(m.bytes),
-		AppendDuration:  time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
-		AppendErrors:    make(map[string]uint64, len(reasons)),
-		WALFsyncs:       m.walFsyncs(),
-		StrandedRecords: counterValue(m.stranded),
+		Appends:          counterValue(m.appends),
+		AppendedRecords:  counterValue(m.records),
+		AppendedBytes:    counterValue(m.bytes),
+		AppendDuration:   time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
+		AppendErrors:     make(map[string]uint64, len(reasons)),
+		WALFsyncs:        m.walFsyncs(),
+		StrandedRecords:  counterValue(m.stranded),
 		TailRecordsTaken: counterValue(m.tailTaken),
-		Shards:          make(map[string]ShardMetrics),
+		Shards:           make(map[string]ShardMetrics),
 	}
 	st := e.sealer.Stats()
 	out.Seals, out.EmptySeals, out.SealFailures, out.Objects, out.SealedBytes = st.Seals, st.EmptySeals, st.Failures, st.Objects, st.SealedBytes

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,9 +30,11 @@ func assignmentKey(fleet string) string { return "fleet/" + fleet + "/assignment
 type published struct {
 	// Seq counts the publishes.
 	Seq uint64 `json:"seq"`
-	// Leader is the member that published it.
-	Leader string     `json:"leader"`
-	Shards Assignment `json:"shards"`
+	// Leader is the member that published it, and Members the members it
+	// planned for (each takes its share of the scan shards by their number).
+	Leader  string     `json:"leader"`
+	Members []string   `json:"members"`
+	Shards  Assignment `json:"shards"`
 }
 
 // readAssignment returns the published assignment and its version; the empty one
@@ -153,11 +156,16 @@ func (m *Membership) lead(ctx context.Context) error {
 		return err
 	}
 	plan := Plan(v.members, shards, v.owners, cur.Shards)
-	if maps.Equal(plan, cur.Shards) {
+	ids := make([]string, len(v.members))
+	for i, mb := range v.members {
+		ids[i] = mb.ID
+	}
+	slices.Sort(ids)
+	if maps.Equal(plan, cur.Shards) && slices.Equal(ids, cur.Members) {
 		return nil
 	}
 	m.lastPublish = m.clock.Now()
-	ok, err := writeAssignment(ctx, m.bucket, m.opts.Name, published{Seq: cur.Seq + 1, Leader: m.id, Shards: plan}, ver)
+	ok, err := writeAssignment(ctx, m.bucket, m.opts.Name, published{Seq: cur.Seq + 1, Leader: m.id, Members: ids, Shards: plan}, ver)
 	if err != nil {
 		return fmt.Errorf("fleet %s: publish the assignment: %w", m.opts.Name, err)
 	}

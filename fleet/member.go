@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/lease"
@@ -54,12 +56,29 @@ type Options struct {
 	// after it is retired instead, and its next owner reads the rest from the
 	// tail. Default 10 s.
 	DrainDeadline time.Duration
+	// ScanShards splits the fleet-wide background work over every stored shard
+	// into this many scan shards (fnv32a of the shard id, modulo), each done by the
+	// member holding its lease, fleet/<Name>/scans/<k>-of-<n>; a member holds its
+	// share of them. Every member must use the same. 0, the default, scans nothing;
+	// 1 is the single worker.
+	ScanShards int
+	// ScanEvery is the least time between the starts of two passes of one scan
+	// shard. Default 1 min.
+	ScanEvery time.Duration
+	// ScanBackfill makes a pass copy the parts of shards nobody has open onto the
+	// replicas that lack them (engine.BackfillIdle).
+	ScanBackfill bool
+	// Scanned, if set, is called with each pass's result.
+	Scanned func(ScanResult)
 	// Revoked, if set, is called before a revoked shard's drain begins (a server
 	// stops routing appends to it); Opened after a shard assigned here opened.
 	Revoked func(id string)
 	Opened  func(id string, sh *shard.Shard)
 	// Logger receives failures of the background steps; nil discards them.
 	Logger *slog.Logger
+	// Registerer receives the l0_fleet_* metrics; nil registers none. Leave
+	// unregisters them.
+	Registerer prometheus.Registerer
 }
 
 func (o *Options) ensureDefaults() {
@@ -78,6 +97,9 @@ func (o *Options) ensureDefaults() {
 	if o.DrainDeadline == 0 {
 		o.DrainDeadline = 10 * time.Second
 	}
+	if o.ScanEvery == 0 {
+		o.ScanEvery = time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -89,7 +111,7 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: Shards is required", ErrInvalidOptions)
 	case o.Weight < 0:
 		return fmt.Errorf("%w: Weight %v", ErrInvalidOptions, o.Weight)
-	case o.PollEvery < 0 || o.PublishEvery < 0 || o.RetryEvery < 0 || o.DrainDeadline < 0:
+	case o.PollEvery < 0 || o.PublishEvery < 0 || o.RetryEvery < 0 || o.DrainDeadline < 0 || o.ScanShards < 0 || o.ScanEvery < 0:
 		return fmt.Errorf("%w: %+v", ErrInvalidOptions, *o)
 	case shard.ValidateID(o.Name) != nil:
 		return fmt.Errorf("%w: Name %q: %w", ErrInvalidOptions, o.Name, shard.ValidateID(o.Name))
@@ -118,6 +140,7 @@ type Membership struct {
 	lastPublish time.Time
 	claimMu     sync.Mutex // the loop and Leave both claim
 	claimed     string     // the attrShards last published
+	scans       scans
 
 	mu struct {
 		sync.Mutex
@@ -157,7 +180,16 @@ func Join(ctx context.Context, e *engine.Engine, opts Options) (*Membership, err
 	m.mu.opening = map[string]bool{}
 	m.mu.draining = map[string]bool{}
 	m.mu.assigned = Assignment{}
+	m.scans = scans{held: map[int]*lease.Held{}, last: map[int]time.Time{}, running: map[int]bool{}, results: map[int]ScanResult{}}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(collector{m}); err != nil {
+			return nil, fmt.Errorf("fleet %s: register the metrics: %w", opts.Name, err)
+		}
+	}
 	if err := held.SetAttrs(ctx, m.attrs("", false)); err != nil {
+		if opts.Registerer != nil {
+			opts.Registerer.Unregister(collector{m})
+		}
 		return nil, fmt.Errorf("fleet %s: join: %w", opts.Name, err)
 	}
 	go m.run()
@@ -278,7 +310,7 @@ func (m *Membership) step(ctx context.Context) error {
 		return errors.Join(lerr, err)
 	}
 	m.follow(ctx, p.Shards)
-	return errors.Join(lerr, m.claim(ctx))
+	return errors.Join(lerr, m.claim(ctx), m.scanStep(ctx, p.Members))
 }
 
 // claim publishes the shards the member owns in its lease, when they changed.
@@ -322,6 +354,13 @@ func (m *Membership) follow(ctx context.Context, a Assignment) {
 		m.mu.opening[id] = true
 		m.wg.Go(func() { m.open(ctx, id) })
 	}
+}
+
+// leaving reports whether Leave began.
+func (m *Membership) leaving() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.leaving
 }
 
 // stillAssigned reports whether id is assigned here by the last assignment read,
@@ -431,6 +470,9 @@ func (m *Membership) Leave(ctx context.Context) error {
 	for id, sh := range rest {
 		m.drain(rctx, id, sh, true)
 	}
+	if err := m.releaseScans(rctx); err != nil {
+		errs = append(errs, err)
+	}
 	m.leaderMu.Lock()
 	if m.leader != nil {
 		if err := m.leader.Release(rctx); err != nil {
@@ -444,6 +486,9 @@ func (m *Membership) Leave(ctx context.Context) error {
 	}
 	if err := m.held.SetAttrs(rctx, a); err != nil {
 		errs = append(errs, err)
+	}
+	if m.opts.Registerer != nil {
+		m.opts.Registerer.Unregister(collector{m})
 	}
 	return errors.Join(errs...)
 }

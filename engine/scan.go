@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+
+	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/replica"
+	"github.com/l0store/l0/shard"
+)
+
+// StoredShards iterates over the id of every shard with a manifest on the
+// authority, in the order of the keys (bytewise), open here or not: the order in
+// which a store-wide scan visits them. It stops after yielding an error.
+func (e *Engine) StoredShards(ctx context.Context) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for ent, err := range e.store.Authority().ListAll(ctx, "shards/") {
+			if err != nil {
+				yield("", fmt.Errorf("engine: list the shards: %w", err))
+				return
+			}
+			id, ok := strings.CutSuffix(strings.TrimPrefix(ent.Key, "shards/"), "/manifest")
+			if !ok || strings.Contains(id, "/") || shard.ValidateID(id) != nil {
+				continue // a part, or not a manifest of ours
+			}
+			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Assess reads the manifest of each shard id from the authority — the open shards'
+// as their owners last published them — and says what their parts' copies say
+// about the data: the durability of shards nobody has open as much as of those
+// open here.
+func (e *Engine) Assess(ctx context.Context, ids []string) (replica.Durability, error) {
+	owners, _ := e.owners()
+	var parts []replica.PartReplicas
+	for _, id := range ids {
+		var ps []manifest.Part
+		if o, ok := owners[id]; ok {
+			ps = o.Manifest().Parts
+		} else {
+			m, _, err := e.store.Load(ctx, id)
+			if err != nil {
+				return replica.Durability{}, err
+			}
+			ps = m.Parts
+		}
+		parts = appendPartReplicas(parts, ps)
+	}
+	return e.set.Assess(parts, e.uploader.Pending), nil
+}
+
+// BackfillIdle brings the parts of shard id onto every replica of the set when
+// nobody owns it: it was released with nothing left unsealed. It takes the shard
+// over for the copies, which record their locations in its manifest, and closes
+// it again. It returns the parts copied; 0 with a nil error when the shard is
+// open here (BackfillUnderReplicated covers it), owned by another instance, or
+// lacks no copy.
+func (e *Engine) BackfillIdle(ctx context.Context, id string) (int, error) {
+	if e.set.Len() < 2 {
+		return 0, nil
+	}
+	if owners, _ := e.owners(); owners[id] != nil {
+		return 0, nil
+	}
+	m, _, err := e.store.Load(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if !m.Released || m.Backlog || !e.lacksCopies(m.Parts) {
+		return 0, nil
+	}
+	sh, err := e.OpenShard(ctx, id)
+	if errors.Is(err, ErrOwned) || errors.Is(err, ErrShardOpen) {
+		return 0, nil // taken meanwhile: its owner's business
+	}
+	if err != nil {
+		return 0, err
+	}
+	owners, _ := e.owners()
+	n, berr := e.backfill(id, owners[id])
+	var werr error
+	if berr == nil {
+		select {
+		case <-e.uploader.Idle(id):
+		case <-ctx.Done():
+			werr = ctx.Err()
+		}
+	}
+	return n, errors.Join(berr, werr, sh.Close(ctx))
+}
+
+// lacksCopies reports whether some part lacks a replica of the set.
+func (e *Engine) lacksCopies(parts []manifest.Part) bool {
+	for _, p := range parts {
+		if len(e.set.Missing(p.Replicas)) > 0 {
+			return true
+		}
+	}
+	return false
+}
