@@ -264,6 +264,9 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	defer cancel()
 	defer context.AfterFunc(e.closing, cancel)()
 	owner, armed, err := e.takeOver(tctx, id, opts)
+	if errors.Is(err, manifest.ErrUnknownOutcome) {
+		e.orphaned(id) // the takeover may have landed: owned, and served by no one
+	}
 	if err != nil {
 		if e.closing.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrClosed, err)
@@ -298,7 +301,9 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	// move it, the second finds it moved.)
 	if cur, t := e.tail.cur.Load(), owner.Manifest().Tail; t == nil || t.Incarnation != cur.incarnation {
 		if err := e.moveShard(ctx, id, owner, cur); err != nil {
-			sh.Retire(ctx) // closes it; the lease runs out, or was another's already
+			if rerr := sh.Retire(ctx); rerr != nil && !errors.Is(rerr, ErrFenced) {
+				e.orphaned(id) // owned under the instance lease, and served by no one
+			}
 			return nil, fmt.Errorf("engine: open shard %q: %w", id, err)
 		}
 	}
@@ -398,6 +403,7 @@ func (e *Engine) Close() error {
 	// A Shard.Close the caller started may still be sealing, uploading or
 	// releasing, and an OpenShard taking a lease: the WAL, the uploader and the
 	// copies they need stay up until they end.
+	e.inst.orphans.Wait()
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}

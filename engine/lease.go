@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/l0store/l0/lease"
@@ -19,6 +21,16 @@ type instanceLease struct {
 	mu       sync.Mutex
 	held     *lease.Held
 	acquired chan struct{} // closed once held is set
+	// orphans are shards whose manifests may name the lease while this engine
+	// has them open nowhere: a takeover of unknown outcome, or an open whose
+	// retirement failed. Nobody else could take them while the lease lives; each
+	// renewal gives them back (releaseOrphans).
+	orphans struct {
+		sync.WaitGroup // the pass in flight
+		mu             sync.Mutex
+		ids            map[string]bool
+		running        bool
+	}
 }
 
 // lease returns the engine's instance lease, taking it on the first call. The
@@ -89,6 +101,7 @@ func (e *Engine) renewLease() {
 			due = e.opts.Clock.Now().Add(e.opts.RenewEvery / renewRetries)
 		default:
 			due = h.Renewed().Add(e.opts.RenewEvery)
+			e.releaseOrphans()
 		}
 		cancel()
 	}
@@ -102,6 +115,67 @@ func (e *Engine) renew(ctx context.Context, h *lease.Held) error {
 	}
 	e.confirmLapsed(ctx)
 	return nil
+}
+
+// orphaned records that shard id may be owned under the lease and open nowhere.
+func (e *Engine) orphaned(id string) {
+	o := &e.inst.orphans
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ids == nil {
+		o.ids = map[string]bool{}
+	}
+	o.ids[id] = true
+}
+
+// releaseOrphans starts giving the orphans back, unless a pass is running: each
+// not open here is opened (its own manifest names this instance: at once) and
+// retired, which releases it with whatever it holds unsealed recorded for the
+// next owner. One that cannot be yet stays for the next renewal.
+func (e *Engine) releaseOrphans() {
+	o := &e.inst.orphans
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.running || len(o.ids) == 0 || e.closing.Err() != nil {
+		return
+	}
+	o.running = true
+	ids := slices.Sorted(maps.Keys(o.ids))
+	o.Add(1)
+	go func() {
+		defer o.Done()
+		for _, id := range ids {
+			done := e.releaseOrphan(id)
+			o.mu.Lock()
+			if done {
+				delete(o.ids, id)
+			}
+			o.mu.Unlock()
+		}
+		o.mu.Lock()
+		o.running = false
+		o.mu.Unlock()
+	}()
+}
+
+// releaseOrphan gives one orphan back, and reports whether it is settled: given
+// back, open here again, or another's.
+func (e *Engine) releaseOrphan(id string) bool {
+	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
+	defer cancel()
+	sh, err := e.OpenShard(ctx, id)
+	switch {
+	case errors.Is(err, ErrShardOpen) || errors.Is(err, ErrOwned):
+		return true
+	case err != nil:
+		e.opts.Logger.Warn("engine: giving back a shard a failed open left owned", "shard", id, "err", err)
+		return false
+	}
+	if err := sh.Retire(ctx); err != nil {
+		e.opts.Logger.Warn("engine: giving back a shard a failed open left owned", "shard", id, "err", err)
+		return false
+	}
+	return true
 }
 
 // renewRetries is how many times a failed renewal is tried within RenewEvery.

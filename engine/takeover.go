@@ -49,6 +49,14 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 			return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 		}
 		e.metrics.tailTaken.Add(float64(taken))
+		if owner.Lapsed() {
+			// The takeover was found landed by reading back, which confirms no
+			// generation of the lease: confirm it now rather than at the next
+			// renewal, so that the shard takes appends at once.
+			if err := owner.Confirm(ctx); errors.Is(err, manifest.ErrFenced) {
+				return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
+			}
+		}
 		return owner, e.log.Info(id).Pages > 0, nil
 	}
 }

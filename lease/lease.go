@@ -174,6 +174,25 @@ func decode(data []byte) (Record, error) {
 	return r, nil
 }
 
+// Reinstate writes the lease record r back with the expiry a renewal beginning
+// now by opts.Clock would give it, if there is no lease object under key: for a
+// reader that finds a lease it knew of gone, whose holder may still be valid by
+// its own last renewal. Whoever finds it next waits for that expiry, or for the
+// holder's next renewal, which writes over it. It reports whether it wrote.
+func Reinstate(ctx context.Context, b *substrate.Bucket, key string, r Record, opts Options) (bool, error) {
+	opts.EnsureDefaults()
+	r.Expiry, r.Released = opts.Clock.Now().Add(opts.Duration), false
+	data, err := encode(r)
+	if err != nil {
+		return false, err
+	}
+	_, created, err := b.PutIfAbsentBytes(ctx, key, data)
+	if err != nil {
+		return false, fmt.Errorf("lease %s: reinstate: %w", key, err)
+	}
+	return created, nil
+}
+
 // HeldError is ErrHeld with the holder and when its lease ends.
 type HeldError struct {
 	Key    string
@@ -369,8 +388,14 @@ func (h *Held) putLocked(ctx context.Context, rec Record, start time.Time) error
 			h.landedLocked(rec, curVer, start)
 			return nil
 		}
+		if cur.Holder == "" && attempt < maxRaces && h.state.Load().gen > 0 {
+			// The object is gone (an operator, a lifecycle rule): nobody took
+			// the lease, which is still ours; write it anew.
+			h.mu.ver = ""
+			continue
+		}
 		if cur.Token != h.token {
-			// Another process wrote over the lease (or deleted it).
+			// Another process wrote over the lease.
 			return h.lose(fmt.Errorf("lease %s: now %q's: %w", h.key, cur.Holder, ErrLost))
 		}
 		if !errors.Is(werr, substrate.ErrPreconditionFailed) || attempt == maxRaces {

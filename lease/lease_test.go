@@ -251,3 +251,26 @@ func TestConcurrentAcquiresHaveOneWinner(t *testing.T) {
 		t.Fatalf("%d holders won: %v", len(wins), wins)
 	}
 }
+
+// A lease object deleted under its holder (an operator, a lifecycle rule) is
+// written anew by the holder's next renewal, under the same token.
+func TestARenewalWritesADeletedLeaseAnew(t *testing.T) {
+	ctx := context.Background()
+	c := testclock.New()
+	b := substratetest.NewBucket(t, "a", nil)
+	h, err := Acquire(ctx, b, "k", "A", nil, withClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(10 * time.Second)
+	if err := h.Renew(ctx); err != nil {
+		t.Fatalf("the renewal of a deleted lease: %v", err)
+	}
+	r, _, err := Read(ctx, b, "k")
+	if err != nil || r.Token != h.Token() || !r.Live(c.Now(), opts.SkewMargin) {
+		t.Fatalf("the lease after the renewal: %+v, %v", r, err)
+	}
+}

@@ -160,7 +160,7 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 			return Claim{Prev: m, ver: ver}, nil
 		}
 		at := opts.Clock.Now()
-		live, expiry, err := store.ownerLive(ctx, m, at, opts.SkewMargin)
+		live, expiry, err := store.ownerLive(ctx, m, at, opts)
 		if err != nil {
 			return Claim{}, err
 		}
@@ -180,18 +180,33 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 // read m and begins to read the owner's lease at at: its instance lease, of the
 // acquisition m names, lives; or, for a manifest written before instance leases,
 // the manifest's own lease. expiry is when that lease ends.
-func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, skew time.Duration) (live bool, expiry time.Time, err error) {
+//
+// An instance lease object that is gone from the manifest's own authority does not
+// say its holder stopped: it may be valid by its last renewal, and acknowledging.
+// It is written back as though renewed now, so that the shard is free only a whole
+// lease later unless the holder renews it meanwhile.
+func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts LeaseOptions) (live bool, expiry time.Time, err error) {
 	if m.Lease == "" {
-		return at.Before(m.LeaseExpiry.Add(skew)), m.LeaseExpiry, nil
+		return at.Before(m.LeaseExpiry.Add(opts.SkewMargin)), m.LeaseExpiry, nil
 	}
-	r, _, err := lease.Read(ctx, s.authority, lease.InstanceKey(m.Owner))
-	if err != nil {
-		return false, time.Time{}, fmt.Errorf("manifest %s: the owner's lease: %w", m.Shard, err)
+	key := lease.InstanceKey(m.Owner)
+	for range 2 {
+		r, _, err := lease.Read(ctx, s.authority, key)
+		if err != nil {
+			return false, time.Time{}, fmt.Errorf("manifest %s: the owner's lease: %w", m.Shard, err)
+		}
+		if r.Holder == "" && m.Authority == s.name {
+			if _, err := lease.Reinstate(ctx, s.authority, key, lease.Record{Holder: m.Owner, Token: m.Lease}, opts.LeaseOf()); err != nil {
+				return false, time.Time{}, fmt.Errorf("manifest %s: the owner's lease is gone: %w", m.Shard, err)
+			}
+			continue // read what is there now
+		}
+		if r.Holder != m.Owner || r.Token != m.Lease {
+			return false, time.Time{}, nil // the instance restarted, or never held it here
+		}
+		return r.Live(at, opts.SkewMargin), r.Expiry, nil
 	}
-	if r.Holder != m.Owner || r.Token != m.Lease {
-		return false, time.Time{}, nil // the instance restarted, or never held it
-	}
-	return r.Live(at, skew), r.Expiry, nil
+	return false, time.Time{}, fmt.Errorf("manifest %s: the owner's lease %s: gone again after it was written back", m.Shard, key)
 }
 
 // Take publishes the takeover of c under the instance lease held, by
@@ -227,18 +242,24 @@ func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts Lea
 		// either way, look again.
 		return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, ErrMoved)
 	}
+	confirmed := err == nil && lerr == nil
 	if err != nil {
 		// The takeover may have landed with its reply lost: reading back tells.
-		_, curVer, landed, lerr := store.settle(ctx, m, data)
+		// What it finds may also be an earlier attempt's same bytes, landed
+		// before the lease's generation began: it confirms nothing.
+		_, curVer, landed, serr := store.settle(ctx, m, data)
+		if serr != nil {
+			return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, errors.Join(ErrUnknownOutcome, err, serr))
+		}
 		if !landed {
-			return nil, fmt.Errorf("manifest %s: acquire: %w", m.Shard, errors.Join(err, lerr))
+			return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, err)
 		}
 		newVer = curVer
 	}
 	o := &Owner{store: store, instance: instance, lease: held, epoch: m.Epoch, opts: opts}
 	o.published.Store(&m)
 	o.validity.Store(&validity{})
-	if lerr == nil {
+	if confirmed {
 		o.gen.Store(gen)
 	}
 	o.mu.ver = newVer
