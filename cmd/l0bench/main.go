@@ -111,7 +111,7 @@ type config struct {
 func main() {
 	var cfg config
 	var scenarios, shards string
-	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle,tail", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle, tail; and open (not in the default suite)")
+	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle,tail,rebalance,churn", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle, tail, rebalance, churn; and open (not in the default suite)")
 	flag.Float64Var(&cfg.sealMB, "seal-mb", 16, "seal: MB of records per seal")
 	flag.Float64Var(&cfg.inheritedMB, "inherited-mb", 2.5, "inherited-seal: MB of backlog")
 	flag.IntVar(&cfg.backfillParts, "backfill-parts", 32, "backfill: parts of history")
@@ -283,6 +283,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 		case "tail":
 			if err := tailScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "rebalance":
+			if err := rebalanceScenario(ctx, cfg, root, out, results); err != nil {
+				return err
+			}
+		case "churn":
+			if err := churnScenario(ctx, cfg, root, out, results); err != nil {
 				return err
 			}
 		default:

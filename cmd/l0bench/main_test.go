@@ -312,3 +312,23 @@ func TestTheTailScenarioJudgesItsThreeTargets(t *testing.T) {
 		t.Fatalf("figures: %+v", lines[0].Figures)
 	}
 }
+
+// TestTheFleetScenariosJudgeTheirTargets: rebalance and churn print their figures
+// and write one line each with their targets.
+func TestTheFleetScenariosJudgeTheirTargets(t *testing.T) {
+	cfg := quickConfig(t, "rebalance", "churn")
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"late joiner's share of the appends", "records replayed from a tail", "drain ms p50",
+		"revocations · per change", "target rebalance"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+	lines := resultLines(t, cfg)
+	if len(lines) != 2 || lines[0].Scenario != "rebalance" || len(lines[0].Targets) != 3 || lines[1].Scenario != "churn" || len(lines[1].Targets) != 2 {
+		t.Fatalf("results: %+v", lines)
+	}
+}
