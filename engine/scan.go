@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"strings"
+	"time"
 
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
 )
 
 // StoredShards iterates over the id of every shard with a manifest on the
@@ -104,4 +107,58 @@ func (e *Engine) lacksCopies(parts []manifest.Part) bool {
 		}
 	}
 	return false
+}
+
+// CollectOrphanParts deletes the part objects of shard id, on every replica of the
+// set, that no manifest names and none ever will: sealed under an epoch before the
+// authority's manifest's (their sealer was fenced, or its commit failed), named
+// neither by that manifest nor by the replica's own copy (which may hold another
+// history, an operator's to decide), and last written more than olderThan ago by
+// the store's clock. It returns how many it deleted.
+func (e *Engine) CollectOrphanParts(ctx context.Context, id string, olderThan time.Duration) (int, error) {
+	m, _, err := e.store.Load(ctx, id)
+	if err != nil || m.Epoch == 0 {
+		return 0, err
+	}
+	named := map[string]bool{}
+	for _, p := range m.Parts {
+		named[p.Key] = true
+	}
+	cutoff := e.opts.Clock.Now().Add(-olderThan)
+	var n int
+	var errs []error
+	for _, sp := range e.set.Specs() {
+		copyOf, err := manifest.LoadFrom(ctx, sp.Bucket, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		keep := maps.Clone(named)
+		for _, p := range copyOf.Parts {
+			keep[p.Key] = true
+		}
+		for ent, err := range sp.Bucket.ListAll(ctx, manifest.PartsPrefix(id)) {
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			epoch, ok := manifest.PartKeyEpoch(id, ent.Key)
+			if !ok || keep[ent.Key] || epoch >= m.Epoch {
+				continue
+			}
+			attrs, err := sp.Bucket.Attributes(ctx, ent.Key)
+			if err != nil || attrs.Modified.IsZero() || !attrs.Modified.Before(cutoff) {
+				continue // gone already, or too young to judge, or no time to judge by
+			}
+			if err := sp.Bucket.Delete(ctx, ent.Key); err != nil && !errors.Is(err, substrate.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		e.opts.Logger.Info("engine: deleted orphan parts", "shard", id, "parts", n)
+	}
+	return n, errors.Join(errs...)
 }

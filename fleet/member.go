@@ -68,6 +68,9 @@ type Options struct {
 	// ScanBackfill makes a pass copy the parts of shards nobody has open onto the
 	// replicas that lack them (engine.BackfillIdle).
 	ScanBackfill bool
+	// ScanOrphansAfter, when set, makes a pass delete the part objects no manifest
+	// names or ever will (engine.CollectOrphanParts) once they are this old.
+	ScanOrphansAfter time.Duration
 	// Scanned, if set, is called with each pass's result.
 	Scanned func(ScanResult)
 	// Revoked, if set, is called before a revoked shard's drain begins (a server
@@ -111,7 +114,7 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: Shards is required", ErrInvalidOptions)
 	case o.Weight < 0:
 		return fmt.Errorf("%w: Weight %v", ErrInvalidOptions, o.Weight)
-	case o.PollEvery < 0 || o.PublishEvery < 0 || o.RetryEvery < 0 || o.DrainDeadline < 0 || o.ScanShards < 0 || o.ScanEvery < 0:
+	case o.PollEvery < 0 || o.PublishEvery < 0 || o.RetryEvery < 0 || o.DrainDeadline < 0 || o.ScanShards < 0 || o.ScanEvery < 0 || o.ScanOrphansAfter < 0:
 		return fmt.Errorf("%w: %+v", ErrInvalidOptions, *o)
 	case shard.ValidateID(o.Name) != nil:
 		return fmt.Errorf("%w: Name %q: %w", ErrInvalidOptions, o.Name, shard.ValidateID(o.Name))

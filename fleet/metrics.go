@@ -19,6 +19,7 @@ var (
 	descScanShort   = prometheus.NewDesc("l0_fleet_scan_data_parts_under_replicated", "Parts of the scan shard's stored shards that some replica lacks, at its last pass.", []string{"scan"}, nil)
 	descScanSurvive = prometheus.NewDesc("l0_fleet_scan_data_survives_domain_loss", "1 if every part of the scan shard's stored shards has copies in two failure domains, at its last pass.", []string{"scan"}, nil)
 	descScanBackf   = prometheus.NewDesc("l0_fleet_scan_backfilled_parts", "Parts the scan shard's last pass copied for shards nobody had open.", []string{"scan"}, nil)
+	descScanOrphans = prometheus.NewDesc("l0_fleet_scan_orphan_parts_deleted", "Part objects no manifest names or ever will that the scan shard's last pass deleted.", []string{"scan"}, nil)
 )
 
 // collector exposes a Membership's metrics.
@@ -29,7 +30,7 @@ var drainBuckets = prometheus.ExponentialBucketsRange(0.01, 60, 16)
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOwned, descLeader, descRevocations, descDrains, descReplayed, descPublishes,
-		descScanParts, descScanShort, descScanSurvive, descScanBackf} {
+		descScanParts, descScanShort, descScanSurvive, descScanBackf, descScanOrphans} {
 		ch <- d
 	}
 }
@@ -63,6 +64,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		g(descScanShort, prometheus.GaugeValue, float64(r.Durability.UnderReplicated), scan)
 		g(descScanSurvive, prometheus.GaugeValue, b2f(r.Durability.SurvivesDomainLoss), scan)
 		g(descScanBackf, prometheus.GaugeValue, float64(r.Backfilled), scan)
+		g(descScanOrphans, prometheus.GaugeValue, float64(r.OrphansDeleted), scan)
 	}
 }
 

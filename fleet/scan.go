@@ -48,8 +48,9 @@ type ScanResult struct {
 	// Durability is what their parts' copies say, open anywhere or not.
 	Durability replica.Durability
 	// Backfilled counts the parts copied to the replicas that lacked them, of
-	// shards nobody had open.
-	Backfilled int
+	// shards nobody had open; OrphansDeleted the part objects deleted that no
+	// manifest names or ever will.
+	Backfilled, OrphansDeleted int
 	// Err is why the pass ended early, if it did.
 	Err  error
 	Took time.Duration
@@ -158,6 +159,13 @@ func (m *Membership) pass(ctx context.Context, k, n int) ScanResult {
 		if m.opts.ScanBackfill {
 			c, err := m.e.BackfillIdle(ctx, id)
 			r.Backfilled += c
+			if err != nil {
+				return err
+			}
+		}
+		if m.opts.ScanOrphansAfter > 0 {
+			c, err := m.e.CollectOrphanParts(ctx, id, m.opts.ScanOrphansAfter)
+			r.OrphansDeleted += c
 			if err != nil {
 				return err
 			}

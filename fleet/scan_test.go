@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -269,4 +270,43 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Colle
 	}
 	t.Fatalf("%s not gathered: %v", name, mfs)
 	return nil
+}
+
+// A pass deletes the part objects no manifest names and none ever will — sealed
+// under an earlier epoch than the manifest's — and keeps the named ones and those
+// of the current epoch, which a commit may still name.
+func TestAScanDeletesOnlyPartsNoManifestEverNames(t *testing.T) {
+	drv := mem.New()
+	e := memMachine(t, drv)
+	storeShards(t, e, 3)
+	// Reopened, appended to and closed again elsewhere: epoch 2, every part named.
+	storeShards(t, memMachine(t, drv), 3)
+	b := e.Authority()
+	m, err := manifest.LoadFrom(t.Context(), b, "s001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := manifest.PartKey("s001", 100, 110, m.Epoch-1, "fenced")
+	young := manifest.PartKey("s001", 100, 110, m.Epoch, "inflight")
+	for _, k := range []string{orphan, young} {
+		if _, err := b.PutBytes(t.Context(), k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Millisecond)
+	r := scanOnce(t, e, Options{ScanOrphansAfter: time.Millisecond})
+	if r.OrphansDeleted != 1 {
+		t.Fatalf("the pass deleted %d orphans, want 1 (%+v)", r.OrphansDeleted, r)
+	}
+	for k, want := range map[string]bool{orphan: false, young: true} {
+		_, err := b.Attributes(t.Context(), k)
+		if got := err == nil; got != want {
+			t.Errorf("%s there after the pass: %v, want %v (%v)", k, got, want, err)
+		}
+	}
+	for _, p := range m.Parts {
+		if _, err := b.Attributes(t.Context(), p.Key); err != nil {
+			t.Errorf("named part %s: %v", p.Key, err)
+		}
+	}
 }

@@ -396,3 +396,15 @@ func instance(t testing.TB, st *Store, instance string, opts LeaseOptions) *leas
 	}
 	return h
 }
+
+func TestAPartKeyNamesItsEpoch(t *testing.T) {
+	key := PartKey("s", 10, 20, 7, "a1b2")
+	if e, ok := PartKeyEpoch("s", key); !ok || e != 7 {
+		t.Fatalf("PartKeyEpoch(%q) = %d, %v", key, e, ok)
+	}
+	for _, bad := range []string{"shards/s/manifest", PartKey("t", 10, 20, 7, "n"), PartsPrefix("s") + "junk", PartKey("s", 20, 20, 7, "n")} {
+		if _, ok := PartKeyEpoch("s", bad); ok {
+			t.Errorf("PartKeyEpoch(%q) took it for a part key", bad)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,21 @@ func PartsPrefix(shard string) string { return "shards/" + shard + "/parts/" }
 // never collides with another.
 func PartKey(shard string, first, next, epoch uint64, nonce string) string {
 	return fmt.Sprintf("%s%020d-%020d-e%d-%s", PartsPrefix(shard), first, next, epoch, nonce)
+}
+
+// PartKeyEpoch returns the epoch a part key of shard names (see PartKey), and
+// false for a key that is not one.
+func PartKeyEpoch(shard, key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, PartsPrefix(shard))
+	if !ok {
+		return 0, false
+	}
+	var first, next, epoch uint64
+	var nonce string
+	if n, err := fmt.Sscanf(strings.ReplaceAll(rest, "-", " "), "%d %d e%d %s", &first, &next, &epoch, &nonce); err != nil || n != 4 || first >= next {
+		return 0, false
+	}
+	return epoch, true
 }
 
 // Store publishes manifests: compare-and-swap on the authority, then a copy to
