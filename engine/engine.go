@@ -403,7 +403,7 @@ func (e *Engine) Close() error {
 	// A Shard.Close the caller started may still be sealing, uploading or
 	// releasing, and an OpenShard taking a lease: the WAL, the uploader and the
 	// copies they need stay up until they end.
-	e.inst.orphans.Wait()
+	e.stopOrphans()
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}

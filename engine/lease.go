@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
@@ -30,6 +31,8 @@ type instanceLease struct {
 		mu             sync.Mutex
 		ids            map[string]bool
 		running        bool
+		closed         bool        // Close began: no pass starts
+		retry          func() bool // stops the next pass's timer
 	}
 }
 
@@ -128,6 +131,15 @@ func (e *Engine) orphaned(id string) {
 	o.ids[id] = true
 }
 
+// GiveBack gives shard id back — releases it under this engine's lease — when a
+// handoff of it failed and left it leased and open nowhere: at once if it can, or
+// after a later renewal. A shard open here again, or not this engine's any more,
+// is left as it is.
+func (e *Engine) GiveBack(id string) {
+	e.orphaned(id)
+	e.releaseOrphans()
+}
+
 // releaseOrphans starts giving the orphans back, unless a pass is running: each
 // not open here is opened (its own manifest names this instance: at once) and
 // retired, which releases it with whatever it holds unsealed recorded for the
@@ -136,7 +148,7 @@ func (e *Engine) releaseOrphans() {
 	o := &e.inst.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.running || len(o.ids) == 0 || e.closing.Err() != nil {
+	if o.running || len(o.ids) == 0 || o.closed {
 		return
 	}
 	o.running = true
@@ -153,9 +165,27 @@ func (e *Engine) releaseOrphans() {
 			o.mu.Unlock()
 		}
 		o.mu.Lock()
+		defer o.mu.Unlock()
 		o.running = false
-		o.mu.Unlock()
+		if len(o.ids) > 0 && !o.closed {
+			// Again soon, besides after each renewal: a handoff that failed
+			// for a moment should not hold its shard for a whole interval.
+			o.retry = e.opts.Clock.AfterFunc(min(time.Second, e.opts.RenewEvery), e.releaseOrphans)
+		}
 	}()
+}
+
+// stopOrphans ends the releases of orphans at Close: none starts any more, and
+// the one in flight is waited for.
+func (e *Engine) stopOrphans() {
+	o := &e.inst.orphans
+	o.mu.Lock()
+	o.closed = true
+	if o.retry != nil {
+		o.retry()
+	}
+	o.mu.Unlock()
+	o.Wait()
 }
 
 // releaseOrphan gives one orphan back, and reports whether it is settled: given
@@ -163,6 +193,16 @@ func (e *Engine) releaseOrphans() {
 func (e *Engine) releaseOrphan(id string) bool {
 	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
 	defer cancel()
+	if owners, _ := e.owners(); owners[id] != nil {
+		return true // open here again
+	}
+	m, _, err := e.store.Load(ctx, id)
+	if err != nil {
+		return false
+	}
+	if h := e.heldLease(); m.Released || h == nil || m.Owner != e.opts.Instance || m.Lease != h.Token() {
+		return true // given back already, or never taken, or another's
+	}
 	sh, err := e.OpenShard(ctx, id)
 	switch {
 	case errors.Is(err, ErrShardOpen) || errors.Is(err, ErrOwned):

@@ -38,7 +38,8 @@ type published struct {
 }
 
 // readAssignment returns the published assignment and its version; the empty one
-// before the first publish.
+// before the first publish, and with ErrCorrupt the version of one that does not
+// decode.
 func readAssignment(ctx context.Context, b *substrate.Bucket, fleet string) (published, substrate.Version, error) {
 	data, attrs, err := b.Get(ctx, assignmentKey(fleet))
 	if errors.Is(err, substrate.ErrNotFound) {
@@ -49,7 +50,8 @@ func readAssignment(ctx context.Context, b *substrate.Bucket, fleet string) (pub
 	}
 	var p published
 	if err := json.Unmarshal(data, &p); err != nil {
-		return published{}, "", fmt.Errorf("fleet %s: the assignment: %w: %w", fleet, ErrCorrupt, err)
+		// Its version too: the leader writes over it.
+		return published{}, attrs.Version, fmt.Errorf("fleet %s: the assignment: %w: %w", fleet, ErrCorrupt, err)
 	}
 	if p.Shards == nil {
 		p.Shards = Assignment{}
@@ -79,17 +81,18 @@ func writeAssignment(ctx context.Context, b *substrate.Bucket, fleet string, p p
 type view struct {
 	members []Member
 	owners  map[string]string // shard → the member that owns it
+	corrupt []string          // lease objects that do not decode: no member's
 }
 
 // readMembers lists the live instance leases of the fleet's members: each is a
 // member unless it is leaving, and owns the shards it says.
 func readMembers(ctx context.Context, b *substrate.Bucket, fleet string, opts lease.Options) (view, error) {
 	at := opts.Clock.Now()
-	recs, err := lease.ListAll(ctx, b, lease.InstancesPrefix, "/lease")
+	recs, corrupt, err := lease.ListAll(ctx, b, lease.InstancesPrefix, "/lease")
 	if err != nil {
 		return view{}, err
 	}
-	v := view{owners: map[string]string{}}
+	v := view{owners: map[string]string{}, corrupt: corrupt}
 	for _, r := range recs {
 		if r.Attrs[attrFleet] != fleet || !r.Live(at, opts.SkewMargin) {
 			continue
@@ -147,12 +150,21 @@ func (m *Membership) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(v.corrupt) > 0 && !m.warnedCorrupt {
+		m.warnedCorrupt = true
+		m.opts.Logger.Warn("fleet: instance leases that do not decode are no member's", "fleet", m.opts.Name, "keys", v.corrupt)
+	}
 	shards, err := m.opts.Shards(ctx)
 	if err != nil {
 		return fmt.Errorf("fleet %s: the shards: %w", m.opts.Name, err)
 	}
 	cur, ver, err := readAssignment(ctx, m.bucket, m.opts.Name)
-	if err != nil {
+	if errors.Is(err, ErrCorrupt) {
+		// Planned afresh from the owners, which keep their shards, and written
+		// over it.
+		m.opts.Logger.Warn("fleet: the assignment does not decode; publishing a new one over it", "fleet", m.opts.Name, "err", err)
+		cur = published{Shards: Assignment{}}
+	} else if err != nil {
 		return err
 	}
 	plan := Plan(v.members, shards, v.owners, cur.Shards)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +113,7 @@ func (o *Options) validate() error {
 	switch {
 	case o.Shards == nil:
 		return fmt.Errorf("%w: Shards is required", ErrInvalidOptions)
-	case o.Weight < 0:
+	case o.Weight < 0 || math.IsNaN(o.Weight) || math.IsInf(o.Weight, 0):
 		return fmt.Errorf("%w: Weight %v", ErrInvalidOptions, o.Weight)
 	case o.PollEvery < 0 || o.PublishEvery < 0 || o.RetryEvery < 0 || o.DrainDeadline < 0 || o.ScanShards < 0 || o.ScanEvery < 0 || o.ScanOrphansAfter < 0:
 		return fmt.Errorf("%w: %+v", ErrInvalidOptions, *o)
@@ -138,12 +139,14 @@ type Membership struct {
 	taken0    uint64 // the engine's TailRecordsTaken at Join
 
 	// The loop's own state; leaderMu guards leader, which Stats reads too.
-	leaderMu    sync.Mutex
-	leader      *lease.Held
-	lastPublish time.Time
-	claimMu     sync.Mutex // the loop and Leave both claim
-	claimed     string     // the attrShards last published
-	scans       scans
+	leaderMu      sync.Mutex
+	leader        *lease.Held
+	lastPublish   time.Time
+	warnedCorrupt bool
+	last          published  // the assignment last followed
+	claimMu       sync.Mutex // the loop and Leave both claim
+	claimed       string     // the attrShards last published
+	scans         scans
 
 	mu struct {
 		sync.Mutex
@@ -305,15 +308,36 @@ func (m *Membership) run() {
 // step leads if it can, reads the assignment, follows it, and publishes what the
 // member owns.
 func (m *Membership) step(ctx context.Context) error {
+	if _, err := m.held.Valid(); errors.Is(err, lease.ErrReleased) || errors.Is(err, lease.ErrLost) {
+		// The engine closed, or another process took its instance over: a
+		// member no more, and no leader.
+		m.leaderMu.Lock()
+		defer m.leaderMu.Unlock()
+		if m.leader != nil {
+			m.leader.Release(ctx)
+			m.leader = nil
+		}
+		return nil
+	}
 	m.leaderMu.Lock()
 	lerr := m.lead(ctx)
 	m.leaderMu.Unlock()
-	p, _, err := readAssignment(ctx, m.bucket, m.opts.Name)
-	if err != nil {
-		return errors.Join(lerr, err)
+	p, ver, err := readAssignment(ctx, m.bucket, m.opts.Name)
+	switch {
+	case err != nil:
+		// Unreadable, or corrupt until the leader writes over it: the member
+		// keeps what it has.
+		p = m.last
+	case ver == "" && m.last.Seq > 0:
+		// Gone (deleted) after one was published: the same, until the leader
+		// publishes again; taking it for "nothing placed" would close every
+		// shard of the fleet.
+		p = m.last
+	default:
+		m.last = p
+		m.follow(ctx, p.Shards)
 	}
-	m.follow(ctx, p.Shards)
-	return errors.Join(lerr, m.claim(ctx), m.scanStep(ctx, p.Members))
+	return errors.Join(lerr, err, m.claim(ctx), m.scanStep(ctx, p.Members))
 }
 
 // claim publishes the shards the member owns in its lease, when they changed.
@@ -345,7 +369,7 @@ func (m *Membership) follow(ctx context.Context, a Assignment) {
 			continue
 		}
 		m.mu.draining[id] = true
-		m.wg.Go(func() { m.drain(ctx, id, sh, a[id] != "") })
+		m.wg.Go(func() { m.drain(id, sh, a[id] != "") })
 	}
 	if m.mu.leaving {
 		return
@@ -411,17 +435,24 @@ func (m *Membership) open(ctx context.Context, id string) {
 
 // drain hands a shard over: cooperatively within DrainDeadline, else forced. A
 // shard no longer placed anywhere (gone from the catalog) is closed the same way,
-// and not counted as a revocation.
-func (m *Membership) drain(ctx context.Context, id string, sh *shard.Shard, revoked bool) {
+// and not counted as a revocation. It has a context of its own, which the end of
+// the member's loop does not cut short: a drain stopped half way would leave the
+// shard leased and open nowhere. One that fails all the same is given back to the
+// engine, which releases it after its next renewal (engine.GiveBack). It returns
+// the drain's error.
+func (m *Membership) drain(id string, sh *shard.Shard, revoked bool) error {
 	if m.opts.Revoked != nil {
 		m.opts.Revoked(id)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.drainBound())
+	defer cancel()
 	start := m.clock.Now()
 	forced, err := sh.Drain(ctx, m.opts.DrainDeadline)
 	took := m.clock.Now().Sub(start)
 	if err != nil {
 		m.stats.failures.Add(1)
-		m.opts.Logger.Warn("fleet: handoff failed", "fleet", m.opts.Name, "shard", id, "forced", forced, "err", err)
+		m.opts.Logger.Warn("fleet: handoff failed; the engine gives the shard back", "fleet", m.opts.Name, "shard", id, "forced", forced, "err", err)
+		m.e.GiveBack(id)
 	}
 	m.mu.Lock()
 	delete(m.mu.open, id)
@@ -430,21 +461,29 @@ func (m *Membership) drain(ctx context.Context, id string, sh *shard.Shard, revo
 		m.mu.drains = append(m.mu.drains, took)
 	}
 	m.mu.Unlock()
-	if !revoked {
-		return
+	if revoked {
+		m.stats.revocations.Add(1)
+		if forced {
+			m.stats.forced.Add(1)
+		} else if err == nil {
+			m.stats.cooperative.Add(1)
+		}
 	}
-	m.stats.revocations.Add(1)
-	if forced {
-		m.stats.forced.Add(1)
-	} else if err == nil {
-		m.stats.cooperative.Add(1)
-	}
+	return err
 }
+
+// drainBound bounds a drain: its deadline to seal, then a lease's time to ship,
+// settle and release.
+func (m *Membership) drainBound() time.Duration { return m.opts.DrainDeadline + m.leaseOpts.Duration }
 
 // Leave takes the member out of the fleet: it says so in its lease, so that the
 // leader assigns its shards elsewhere, hands each over as it is revoked, and
-// returns once none is left, or ctx ended (the rest are retired: forced). It then
-// gives the leader lease up if it held it. The engine stays open.
+// waits until none is left or ctx ends; then it hands over (forced past
+// DrainDeadline) whatever is left, each drain in its own time, gives the leader and
+// scan leases up, and takes the fleet's attributes off its lease. The steps after
+// ctx ended run on their own bounded contexts: a Leave cut short must still not
+// leave a shard leased and open nowhere, or the leader lease held. The engine stays
+// open. An error says what was not handed over or given up.
 func (m *Membership) Leave(ctx context.Context) error {
 	if !m.left.CompareAndSwap(false, true) {
 		return ErrLeft
@@ -452,8 +491,10 @@ func (m *Membership) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	m.mu.leaving = true
 	m.mu.Unlock()
+	own, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.leaseOpts.Duration)
+	defer cancel()
 	var errs []error
-	if err := m.claim(ctx); err != nil {
+	if err := m.claim(own); err != nil {
 		errs = append(errs, err)
 	}
 	for len(m.Owned()) > 0 && ctx.Err() == nil {
@@ -464,21 +505,28 @@ func (m *Membership) Leave(ctx context.Context) error {
 	}
 	close(m.stop)
 	<-m.done
-	m.wg.Wait()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.DrainDeadline)
-	defer cancel()
+	m.wg.Wait() // the opens and drains in flight
 	m.mu.Lock()
 	rest := maps.Clone(m.mu.open)
 	m.mu.Unlock()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for id, sh := range rest {
-		m.drain(rctx, id, sh, true)
+		wg.Go(func() {
+			if err := m.drain(id, sh, true); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
-	if err := m.releaseScans(rctx); err != nil {
+	wg.Wait()
+	if err := m.releaseScans(own); err != nil {
 		errs = append(errs, err)
 	}
 	m.leaderMu.Lock()
 	if m.leader != nil {
-		if err := m.leader.Release(rctx); err != nil {
+		if err := m.leader.Release(own); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -487,7 +535,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 	for _, k := range []string{attrFleet, attrWeight, attrShards, attrLeaving} {
 		delete(a, k)
 	}
-	if err := m.held.SetAttrs(rctx, a); err != nil {
+	if err := m.held.SetAttrs(own, a); err != nil {
 		errs = append(errs, err)
 	}
 	if m.opts.Registerer != nil {

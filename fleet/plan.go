@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -26,11 +27,13 @@ type Assignment map[string]string
 // shard, the shards' current owners and the previous assignment. The same input
 // gives the same assignment.
 //
-// It is sticky. A shard stays with its owner while the owner is a member, and a
-// shard assigned but not yet claimed stays with its assignee while that member is
-// one: re-placing queued shards at every publish makes a fleet revoke faster than
-// it completes. Shards with neither (new ones, or those of a member gone) go to
-// the members furthest below their share.
+// It is sticky. A shard stays with its assignee while that member is one, whether
+// it claimed the shard yet or not: re-placing queued shards at every publish makes
+// a fleet revoke faster than it completes, and planning a shard back to the
+// member it is being handed over from (which still claims it) undoes the move half
+// done. A shard whose assignee is gone stays with its owner, if that is a member.
+// Shards with neither (new ones, or those of a member gone) go to the members
+// furthest below their share.
 //
 // Then it balances, moving no more than balance requires. A member's share is the
 // total shard weight times its part of the member weight. While the member
@@ -54,10 +57,13 @@ func Plan(members []Member, shards []Shard, owners map[string]string, prev Assig
 	var unplaced []Shard
 	for _, s := range ss {
 		switch {
+		case p.has(prev[s.ID]):
+			// Its assignee, which owns it or will: a shard whose handoff is in
+			// flight is still claimed by the member it leaves, and planning it
+			// back there would undo the move half done.
+			p.place(s, prev[s.ID])
 		case p.has(owners[s.ID]):
 			p.place(s, owners[s.ID])
-		case p.has(prev[s.ID]):
-			p.place(s, prev[s.ID])
 		default:
 			unplaced = append(unplaced, s)
 		}
@@ -181,7 +187,7 @@ func (p *planner) pick(a string, gap float64, owners map[string]string) (Shard, 
 }
 
 func weight(w float64) float64 {
-	if w <= 0 {
+	if w <= 0 || math.IsNaN(w) || math.IsInf(w, 0) {
 		return 1
 	}
 	return w

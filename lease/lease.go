@@ -137,26 +137,31 @@ func read(ctx context.Context, b *substrate.Bucket, key string) (Record, substra
 	return r, attrs.Version, data, nil
 }
 
-// ListAll returns every lease object under prefix with its record; an object that
-// does not decode is an error.
-func ListAll(ctx context.Context, b *substrate.Bucket, prefix, suffix string) (map[string]Record, error) {
-	out := make(map[string]Record)
+// ListAll returns every lease object under prefix whose key ends in suffix, with
+// its record; the keys of objects that do not decode are returned apart, so that
+// one damaged object hides no other.
+func ListAll(ctx context.Context, b *substrate.Bucket, prefix, suffix string) (recs map[string]Record, corrupt []string, err error) {
+	recs = make(map[string]Record)
 	for e, err := range b.ListAll(ctx, prefix) {
 		if err != nil {
-			return nil, fmt.Errorf("lease: list %s: %w", prefix, err)
+			return nil, nil, fmt.Errorf("lease: list %s: %w", prefix, err)
 		}
 		if !strings.HasSuffix(e.Key, suffix) {
 			continue
 		}
 		r, _, err := Read(ctx, b, e.Key)
+		if errors.Is(err, ErrCorrupt) {
+			corrupt = append(corrupt, e.Key)
+			continue
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if r.Holder != "" { // deleted since the listing
-			out[e.Key] = r
+			recs[e.Key] = r
 		}
 	}
-	return out, nil
+	return recs, corrupt, nil
 }
 
 func encode(r Record) ([]byte, error) { return json.Marshal(r) }
