@@ -323,3 +323,16 @@ func TestADrainPastItsDeadlineIsForcedAndLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// countRecords reads sh from 0 and counts its records.
+func countRecords(t *testing.T, sh *shard.Shard) int {
+	t.Helper()
+	n := 0
+	for _, err := range sh.Read(t.Context(), 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
+}

@@ -25,8 +25,14 @@ type memMember struct {
 
 func joinMem(t *testing.T, drv substrate.Driver, shards []Shard, opts Options) *memMember {
 	t.Helper()
+	return joinMemWith(t, drv, shards, opts, engine.Options{})
+}
+
+// joinMemWith is joinMem with engine options.
+func joinMemWith(t *testing.T, drv substrate.Driver, shards []Shard, opts Options, eopts engine.Options) *memMember {
+	t.Helper()
 	fd := fault.Wrap(drv, 1)
-	e := memMachine(t, fd)
+	e := memMachineWith(t, eopts, fd)
 	opts.Shards = func(context.Context) ([]Shard, error) { return shards, nil }
 	if opts.PollEvery == 0 {
 		opts.PollEvery = 50 * time.Millisecond

@@ -63,13 +63,7 @@ func TestAfterEveryMemberLeftNothingIsHeld(t *testing.T) {
 			t.Errorf("open %s after every member left: %v", s.ID, err)
 			continue
 		}
-		n := 0
-		for _, err := range sh.Read(t.Context(), 0) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			n++
-		}
+		n := countRecords(t, sh)
 		if n != 1 {
 			t.Errorf("shard %s holds %d records, want 1", s.ID, n)
 		}

@@ -1,15 +1,12 @@
 package fleet
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -19,35 +16,9 @@ import (
 // that a member cut off from the store stops being one within the test.
 func joinShortLease(t *testing.T, drv substrate.Driver, shards []Shard, opts Options) *memMember {
 	t.Helper()
-	fd := fault.Wrap(drv, 1)
-	b, err := substrate.New(fd, substrate.Options{Name: "r0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	e, err := engine.Open(t.Context(), engine.Options{
-		Dir: t.TempDir(), Replicas: []replica.Spec{{Name: "r0", Domain: "r0", Bucket: b}},
+	return joinMemWith(t, drv, shards, opts, engine.Options{
 		Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	opts.Shards = func(context.Context) ([]Shard, error) { return shards, nil }
-	opts.PollEvery, opts.PublishEvery, opts.RetryEvery = 50*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond
-	m, err := Join(t.Context(), e, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		fd.SetRules()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := m.Leave(ctx); err != nil && !errors.Is(err, ErrLeft) {
-			t.Logf("cleanup leave of %s: %v", m.ID(), err)
-		}
-	})
-	return &memMember{e: e, m: m, fd: fd}
 }
 
 // A member cut off from the store (its process as good as dead, its Membership
@@ -126,13 +97,7 @@ func TestAMemberWhoseEngineClosedWithoutLeaveLosesItsShards(t *testing.T) {
 	}
 	for _, s := range shards {
 		sh, _ := b.m.Shard(s.ID)
-		n := 0
-		for _, err := range sh.Read(t.Context(), 0) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			n++
-		}
+		n := countRecords(t, sh)
 		if n != 1 {
 			t.Errorf("shard %s holds %d records, want 1", s.ID, n)
 		}

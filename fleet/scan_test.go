@@ -24,6 +24,12 @@ import (
 // given (the first the authority), each replica in its own domain.
 func memMachine(t *testing.T, drivers ...substrate.Driver) *engine.Engine {
 	t.Helper()
+	return memMachineWith(t, engine.Options{}, drivers...)
+}
+
+// memMachineWith is memMachine with engine options (Dir and Replicas its own).
+func memMachineWith(t *testing.T, opts engine.Options, drivers ...substrate.Driver) *engine.Engine {
+	t.Helper()
 	var specs []replica.Spec
 	for i, d := range drivers {
 		name := fmt.Sprintf("r%d", i)
@@ -34,7 +40,8 @@ func memMachine(t *testing.T, drivers ...substrate.Driver) *engine.Engine {
 		t.Cleanup(func() { b.Close() })
 		specs = append(specs, replica.Spec{Name: name, Domain: name, Bucket: b})
 	}
-	e, err := engine.Open(t.Context(), engine.Options{Dir: t.TempDir(), Replicas: specs})
+	opts.Dir, opts.Replicas = t.TempDir(), specs
+	e, err := engine.Open(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,23 +31,18 @@ type LeaseOptions struct {
 	Clock clock.Clock
 }
 
-// EnsureDefaults fills in the zero fields.
+// EnsureDefaults fills in the zero fields, those of the instance lease as
+// package lease defaults them.
 func (o *LeaseOptions) EnsureDefaults() {
-	if o.Duration == 0 {
-		o.Duration = 30 * time.Second
-	}
-	if o.SkewMargin == 0 {
-		o.SkewMargin = 2 * time.Second
-	}
-	o.Clock = clock.OrReal(o.Clock)
+	l := o.LeaseOf()
+	l.EnsureDefaults()
+	o.Duration, o.SkewMargin, o.Clock = l.Duration, l.SkewMargin, l.Clock
 }
 
 // Validate reports invalid defaulted options.
 func (o *LeaseOptions) Validate() error {
-	if o.Duration <= 0 || o.SkewMargin <= 0 || 2*o.SkewMargin >= o.Duration {
-		return fmt.Errorf("manifest: lease of %s with a skew margin of %s", o.Duration, o.SkewMargin)
-	}
-	return nil
+	l := o.LeaseOf()
+	return l.Validate()
 }
 
 // LeaseOf returns the lease options ownership under opts needs of an instance
