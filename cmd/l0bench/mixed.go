@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -174,5 +175,10 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 		return mixedRun{}, err
 	}
 	run.readBytes = read.Load()
-	return run, nil
+	// A copy that ended after the flush may still be reporting its lag.
+	mu.Lock()
+	defer mu.Unlock()
+	out := run
+	out.lags = slices.Clone(run.lags)
+	return out, nil
 }
