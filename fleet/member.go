@@ -365,7 +365,9 @@ func (m *Membership) follow(ctx context.Context, a Assignment) {
 	defer m.mu.Unlock()
 	m.mu.assigned = a
 	for id, sh := range m.mu.open {
-		if a[id] == m.id || m.mu.draining[id] {
+		// One still opening (its Opened not returned yet) is drained at the
+		// next step, so that the server hears of it opened before revoked.
+		if a[id] == m.id || m.mu.draining[id] || m.mu.opening[id] {
 			continue
 		}
 		m.mu.draining[id] = true
