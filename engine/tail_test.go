@@ -163,8 +163,10 @@ func TestTailObjectsAreCollectedOnceSealed(t *testing.T) {
 			}
 			return left == 1
 		})
-		if n := eA.Metrics().TailObjectsCollected; n < 10 {
-			t.Fatalf("A counted %d objects collected", n)
+		// Everything but the last object, of at least the objects listed before
+		// the move (13 flushes may merge into as few as 10).
+		if n := eA.Metrics().TailObjectsCollected; n < uint64(len(data)-1) {
+			t.Fatalf("A counted %d objects collected, of the %d listed before the move, all but one gone", n, len(data))
 		}
 	})
 }
