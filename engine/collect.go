@@ -20,13 +20,19 @@ func (e *Engine) collectTail() {
 			return
 		case <-e.opts.Clock.After(e.opts.Tail.CollectEvery):
 		}
-		ctx, cancel := context.WithTimeout(e.closing, e.opts.Tail.CollectEvery)
+		// A pass may take longer than the interval (the next starts later); a
+		// bound as tight as a test's interval cut deletes short after they
+		// landed, uncounted.
+		ctx, cancel := context.WithTimeout(e.closing, max(e.opts.Tail.CollectEvery, collectPassBound))
 		if _, err := e.collectTailOnce(ctx); err != nil && ctx.Err() == nil {
 			e.opts.Logger.Warn("engine: tail collection", "err", err)
 		}
 		cancel()
 	}
 }
+
+// collectPassBound is the least time a collection pass may take before it is cut.
+const collectPassBound = 30 * time.Second
 
 // collectTailOnce is one pass of collection over every incarnation of this
 // instance's stream: each loses the objects at its start that hold no section a
