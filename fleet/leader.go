@@ -116,14 +116,7 @@ func readMembers(ctx context.Context, b *substrate.Bucket, fleet string, opts le
 // published.
 func (m *Membership) lead(ctx context.Context) error {
 	if m.leader == nil {
-		at := m.clock.Now()
-		r, _, err := lease.Read(ctx, m.bucket, leaderKey(m.opts.Name))
-		if err != nil {
-			return err
-		}
-		if r.Live(at, m.leaseOpts.SkewMargin) && r.Holder != m.id {
-			return nil
-		}
+		// Acquire reads the lease first and refuses one another member holds.
 		h, err := lease.Acquire(ctx, m.bucket, leaderKey(m.opts.Name), m.id, nil, m.leaseOpts)
 		if errors.Is(err, lease.ErrHeld) {
 			return nil
@@ -132,13 +125,11 @@ func (m *Membership) lead(ctx context.Context) error {
 			return err
 		}
 		m.leader = h
-	} else if !m.clock.Now().Before(m.leader.Renewed().Add(m.leaseOpts.Duration / 3)) {
-		if err := m.leader.Renew(ctx); errors.Is(err, lease.ErrLost) {
-			m.leader = nil
-			return nil
-		} else if err != nil {
-			return err
-		}
+	} else if lost, err := m.renewDue(ctx, m.leader); lost {
+		m.leader = nil
+		return nil
+	} else if err != nil {
+		return err
 	}
 	if _, err := m.leader.Valid(); err != nil {
 		return nil // a renewal may bring it back
@@ -185,4 +176,18 @@ func (m *Membership) lead(ctx context.Context) error {
 		m.stats.publishes.Add(1)
 	}
 	return nil
+}
+
+// renewDue renews h if a third of a lease passed since its last renewal, the
+// pace of the fleet's own leases (leader, scan shards); lost reports one another
+// process wrote over, which is gone for good.
+func (m *Membership) renewDue(ctx context.Context, h *lease.Held) (lost bool, err error) {
+	if m.clock.Now().Before(h.Renewed().Add(m.leaseOpts.Duration / 3)) {
+		return false, nil
+	}
+	err = h.Renew(ctx)
+	if errors.Is(err, lease.ErrLost) {
+		return true, nil
+	}
+	return false, err
 }

@@ -80,12 +80,10 @@ func (m *Membership) scanStep(ctx context.Context, members []string) error {
 	sc := &m.scans
 	var errs []error
 	for k, h := range sc.held {
-		if !m.clock.Now().Before(h.Renewed().Add(m.leaseOpts.Duration / 3)) {
-			if err := h.Renew(ctx); errors.Is(err, lease.ErrLost) {
-				delete(sc.held, k)
-			} else if err != nil {
-				errs = append(errs, err)
-			}
+		if lost, err := m.renewDue(ctx, h); lost {
+			delete(sc.held, k)
+		} else if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	quota := 0
