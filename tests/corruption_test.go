@@ -24,7 +24,7 @@ import (
 // that into a reported corruption (DESIGN.md, "The acknowledged watermark").
 func TestFlippedBytesInTheWALAreReportedNeverReadAsOtherRecords(t *testing.T) {
 	src := t.TempDir()
-	l, err := wal.Open(src, wal.Options{MemTableSize: 256 << 10})
+	l, err := wal.Open(src, wal.Options{SegmentSize: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestFlippedBytesInTheWALAreReportedNeverReadAsOtherRecords(t *testing.T) {
 // the test if records came back wrong or short without one.
 func readBackReportsOrMatches(t *testing.T, dir string, want [][]byte, what string) bool {
 	t.Helper()
-	l, err := wal.Open(dir, wal.Options{MemTableSize: 256 << 10})
+	l, err := wal.Open(dir, wal.Options{SegmentSize: 256 << 10})
 	if err != nil {
 		return true
 	}

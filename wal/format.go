@@ -12,10 +12,8 @@ import (
 const (
 	pageVersion = 1
 
-	pagePrefix  = 'p'
-	floorPrefix = 'f'
-	epochPrefix = 'o'
-	separator   = 0x00
+	pagePrefix = 'p'
+	separator  = 0x00
 
 	// pageHeaderLen is version, count, appended-at and payload bytes.
 	pageHeaderLen = 1 + 4 + 8 + 8
@@ -44,14 +42,17 @@ var (
 	// ErrStaleEpoch reports an append or truncation by an owner whose epoch is no
 	// longer the shard's: a newer owner opened the shard on this log.
 	ErrStaleEpoch = errors.New("wal: stale owner epoch")
-	// ErrUnknownOutcome reports an append that entered the log but whose sync (or
-	// commit) failed, or whose page was not shipped (see Log.ShipTo): its page may
-	// be durable, and may be read back after a reopen. After a failed sync or
-	// commit the Log refuses every later call; after a failed shipment it does not.
+	// ErrUnknownOutcome reports an append that entered the log but whose write or
+	// sync failed, or whose page was not shipped (see Log.ShipTo): its page may be
+	// durable, and may be read back after a reopen. After a failed write or sync
+	// the Log refuses every later call; after a failed shipment it does not.
 	ErrUnknownOutcome = errors.New("wal: append outcome unknown")
-	// ErrFailed reports a call refused because an earlier sync or commit failed:
+	// ErrFailed reports a call refused because an earlier write or sync failed:
 	// it wrote nothing.
 	ErrFailed = errors.New("wal: failed earlier")
+	// ErrFormat reports a directory that holds a log of a format this version does
+	// not read.
+	ErrFormat = errors.New("wal: log of another format")
 )
 
 // CorruptionError says which page failed its checks and why.
@@ -89,17 +90,6 @@ func pageKey(shard string, first uint64) []byte {
 	return binary.BigEndian.AppendUint64(shardPrefix(pagePrefix, shard), first)
 }
 
-// pagesEnd is the first key after every page key of shard.
-func pagesEnd(shard string) []byte {
-	k := shardPrefix(pagePrefix, shard)
-	k[len(k)-1] = separator + 1
-	return k
-}
-
-func floorKey(shard string) []byte { return append([]byte{floorPrefix}, shard...) }
-
-func epochKey(shard string) []byte { return append([]byte{epochPrefix}, shard...) }
-
 // parsePageKey splits a page key into shard and first offset.
 func parsePageKey(k []byte) (shard string, first uint64, ok bool) {
 	if len(k) < 1+1+8 || k[0] != pagePrefix || k[len(k)-9] != separator {
@@ -129,6 +119,11 @@ func uvarintLen(x uint64) int {
 // encodePage appends the value of a page to dst; with pageLen(recs) bytes of capacity
 // it does so in place.
 func encodePage(dst []byte, shard string, first uint64, at time.Time, recs [][]byte) []byte {
+	return encodePageAt(dst, pageKey(shard, first), at.UnixNano(), recs)
+}
+
+// encodePageAt is encodePage with the page's key, and its time in Unix nanoseconds.
+func encodePageAt(dst, key []byte, at int64, recs [][]byte) []byte {
 	var payload uint64
 	for _, r := range recs {
 		payload += uint64(len(r))
@@ -136,14 +131,28 @@ func encodePage(dst []byte, shard string, first uint64, at time.Time, recs [][]b
 	start := len(dst)
 	dst = append(dst, pageVersion)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(recs)))
-	dst = binary.BigEndian.AppendUint64(dst, uint64(at.UnixNano()))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(at))
 	dst = binary.BigEndian.AppendUint64(dst, payload)
 	for _, r := range recs {
 		dst = binary.AppendUvarint(dst, uint64(len(r)))
 		dst = append(dst, r...)
 	}
-	crc := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, dst[start:])
+	crc := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, dst[start:])
 	return binary.BigEndian.AppendUint32(dst, crc)
+}
+
+// checkPageCRC verifies the checksum of a page value found under the shard's page
+// key at first.
+func checkPageCRC(shard string, first uint64, v []byte) error {
+	if len(v) < crcLen {
+		return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("%d bytes, shorter than a checksum", len(v))}
+	}
+	body := v[:len(v)-crcLen]
+	want := binary.BigEndian.Uint32(v[len(v)-crcLen:])
+	if got := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, body); got != want {
+		return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("checksum %08x, want %08x", got, want)}
+	}
+	return nil
 }
 
 // pageHeader is what the header alone says of a page.
@@ -179,11 +188,10 @@ func decodePage(shard string, first uint64, v []byte) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	body := v[:len(v)-crcLen]
-	want := binary.BigEndian.Uint32(v[len(v)-crcLen:])
-	if got := crc32.Update(crc32.Checksum(pageKey(shard, first), castagnoli), castagnoli, body); got != want {
-		return Page{}, corrupt(fmt.Sprintf("checksum %08x, want %08x", got, want))
+	if err := checkPageCRC(shard, first, v); err != nil {
+		return Page{}, err
 	}
+	body := v[:len(v)-crcLen]
 	rest := body[pageHeaderLen:]
 	// Each record takes at least its one-byte length: a count the bytes cannot hold
 	// must not size the allocation.

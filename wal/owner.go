@@ -1,11 +1,7 @@
 package wal
 
 import (
-	"encoding/binary"
 	"fmt"
-	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // SetEpoch makes epoch the shard's owner epoch, durably: from now on only appends
@@ -20,7 +16,7 @@ func (l *Log) SetEpoch(shard string, epoch uint64) error {
 	st := l.state(shard)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err := l.db.Set(epochKey(shard), binary.BigEndian.AppendUint64(nil, epoch), pebble.Sync); err != nil {
+	if err := l.logShardEntry(entryEpoch, shard, epoch); err != nil {
 		return fmt.Errorf("wal: set epoch of shard %q: %w", shard, err)
 	}
 	st.mu.epoch = epoch
@@ -95,34 +91,39 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 	if epoch != st.mu.epoch {
 		return fmt.Errorf("wal: import shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := dropBatch(b, shard, pagesEnd(shard), sealed); err != nil {
-		return err
-	}
-	now := l.opts.Clock.Now()
-	next, pages, payload := sealed, 0, uint64(0)
-	for len(recs) > 0 {
+	// The reset and the pages are one group: a crash leaves the old pages or the
+	// new ones.
+	now := l.opts.Clock.Now().UnixNano()
+	var refs []pageRef
+	l.w.mu.Lock()
+	g, err := l.w.addLocked(func(buf []byte) []byte {
+		l.w.noteLocked(entryReset, shard, sealed)
+		return appendShardEntry(buf, entryReset, shard, sealed)
+	})
+	next, payload := sealed, uint64(0)
+	for err == nil && len(recs) > 0 {
 		// Pages as large as an append's: a tail section can hold many appends.
 		n, size := 0, 0
 		for n < len(recs) && n < importPageRecords && (n == 0 || size+len(recs[n]) <= importPageBytes) {
 			size += len(recs[n])
 			n++
 		}
-		if err := b.Set(pageKey(shard, next), encodePage(nil, shard, next, now, recs[:n]), nil); err != nil {
-			return err
+		var ref pageRef
+		if ref, err = l.w.addPageLocked(shard, next, now, recs[:n], true); err == nil {
+			refs = append(refs, ref)
+			next, payload, recs = next+uint64(n), payload+uint64(size), recs[n:]
 		}
-		next, pages, payload, recs = next+uint64(n), pages+1, payload+uint64(size), recs[n:]
 	}
-	if err := l.db.Apply(b, pebble.Sync); err != nil {
-		return fmt.Errorf("wal: import shard %q: %w", shard, err)
+	l.w.mu.Unlock()
+	if err == nil {
+		err = g.wait()
 	}
+	if err != nil {
+		return l.fail("import", err)
+	}
+	l.w.drop(st.mu.pages)
 	st.setFloorLocked(sealed)
-	st.mu.next, st.mu.pages, st.mu.payload = next, pages, payload
-	st.mu.oldest = time.Time{}
-	if pages > 0 {
-		st.mu.oldest = now
-	}
+	st.mu.next, st.mu.pages, st.mu.payload = next, refs, payload
 	st.acked.Store(next)
 	l.changes.Add(1)
 	return nil
@@ -146,35 +147,13 @@ func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 
 // resetLocked drops every page of the shard, durably, and continues it at next.
 func (l *Log) resetLocked(shard string, st *shardState, next uint64) error {
-	if err := l.dropPages(shard, pagesEnd(shard), next); err != nil {
+	if err := l.logShardEntry(entryReset, shard, next); err != nil {
 		return err
 	}
+	l.w.drop(st.mu.pages)
 	st.setFloorLocked(next)
-	st.mu.next, st.mu.pages, st.mu.payload, st.mu.oldest = next, 0, 0, time.Time{}
+	st.mu.next, st.mu.pages, st.mu.payload = next, nil, 0
 	st.acked.Store(next)
 	l.changes.Add(1)
 	return nil
-}
-
-// dropPages deletes the shard's page keys below end and sets its floor, durably, in
-// one batch: a crash leaves the pages and floor before or after, never a mix.
-func (l *Log) dropPages(shard string, end []byte, floor uint64) error {
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := dropBatch(b, shard, end, floor); err != nil {
-		return err
-	}
-	if err := l.db.Apply(b, pebble.Sync); err != nil {
-		return fmt.Errorf("wal: shard %q: drop pages below the floor %d: %w", shard, floor, err)
-	}
-	return nil
-}
-
-// dropBatch adds to b the deletion of the shard's page keys below end and the new
-// floor.
-func dropBatch(b *pebble.Batch, shard string, end []byte, floor uint64) error {
-	if err := b.DeleteRange(pageKey(shard, 0), end, nil); err != nil {
-		return err
-	}
-	return b.Set(floorKey(shard), binary.BigEndian.AppendUint64(nil, floor), nil)
 }

@@ -18,10 +18,10 @@ import (
 // reader above reports as corruption), end short, or report corruption itself.
 func TestAReadRacingATruncationNeverEndsShortOrReportsFalseCorruption(t *testing.T) {
 	// Truncations must come often to land inside a read's setup, which lasts well
-	// under a microsecond: skip every sync (no crash here needs them). A tiny memtable
-	// makes pebble flush, and republish its read state, all the time, and a read that
-	// waits for that between its floor check and its view lets a truncation in.
-	l := open(t, t.TempDir(), Options{MemTableSize: 4 << 10, FS: syncFS{FS: vfs.Default, onSync: func(string) bool { return false }}})
+	// under a microsecond: skip every sync (no crash here needs them). Tiny segments
+	// make the log move to a new one, and drop the sealed ones, all the time: a
+	// read must hold the segments of the pages it took.
+	l := open(t, t.TempDir(), Options{SegmentSize: 4 << 10, FS: syncFS{FS: vfs.Default, onSync: func(string) bool { return false }}})
 	defer l.Close()
 	ctx := t.Context()
 	if _, err := l.Append(ctx, "s", 0, recs("r", 1)); err != nil {

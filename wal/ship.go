@@ -3,9 +3,8 @@ package wal
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/l0store/l0/internal/tail"
 )
@@ -91,32 +90,25 @@ func (l *Log) Reship(shard string, epoch, from uint64, f *tail.Flusher, hold boo
 		last  *tail.Ticket
 		given []givenPage
 	)
-	if st.mu.pages > 0 && from < st.mu.next {
-		// Every page applied so far, synced or not, under the lock that appends
-		// take to apply theirs.
-		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: pageKey(shard, 0), UpperBound: pageKey(shard, st.mu.next)})
-		if err != nil {
-			return nil, fmt.Errorf("wal: reship shard %q: %w", shard, err)
+	if n := len(st.mu.pages); n > 0 && from < st.mu.next {
+		// Every page added so far, synced or not, under the lock that appends take
+		// to add theirs: wait for the last one's group to be on disk, to read them.
+		if err := st.mu.pages[n-1].g.wait(); err != nil {
+			return nil, l.fail("sync", err)
 		}
-		defer it.Close()
-		for valid := it.First(); valid; valid = it.Next() {
-			_, first, ok := parsePageKey(it.Key())
-			if !ok {
-				return nil, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt)
-			}
-			p, err := decodePage(shard, first, it.Value())
+		pages := st.mu.pages
+		refs := pages[sort.Search(n, func(i int) bool { return pages[i].next() > from }):]
+		pinned := l.w.pin(refs)
+		defer l.w.unpin(pinned)
+		var buf []byte
+		for _, r := range refs {
+			p, err := l.readPage(shard, r, &buf)
 			if err != nil {
 				return nil, err
 			}
-			if p.NextOffset() <= from {
-				continue
-			}
-			// The tail copies the records: the iterator's bytes may go.
+			// The tail copies the records: buf is reused.
 			last = f.Add(shard, epoch, p.FirstOffset, p.Records)
 			given = append(given, givenPage{p.FirstOffset, last})
-		}
-		if err := it.Error(); err != nil {
-			return nil, fmt.Errorf("wal: reship shard %q: %w", shard, err)
 		}
 	}
 	st.mu.tail, st.mu.shipErr, st.mu.given = f, nil, given

@@ -2,7 +2,6 @@ package wal
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,50 +9,55 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/broken"
+	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/tail"
 )
 
-// batchOverhead bounds what a pebble batch of one Set adds to its key and value: the
-// batch header, the kind and two uvarint lengths.
-const batchOverhead = 12 + 1 + 2*binary.MaxVarintLen32
-
 // Options configure a Log.
 type Options struct {
-	// Logger receives pebble's messages; nil discards them.
+	// Logger receives the log's warnings; nil discards them.
 	Logger *slog.Logger
-	// MemTableSize is pebble's memtable size. Default 64 MiB: with pebble's 4 MiB
-	// default, a steady stream of synced commits piles up L0 files and compaction
-	// debt caps throughput.
-	MemTableSize uint64
+	// SegmentSize is the size at which the log moves to its next segment file.
+	// Default 64 MiB; at most 1 GiB.
+	SegmentSize int64
+	// RecycleSegments is how many files of sealed segments are kept to be written
+	// over as new segments: fdatasync on allocated blocks need not persist a new
+	// size or allocation. Default 2; negative keeps none.
+	RecycleSegments int
 	// Clock is the clock stamped on pages and the watermark's pace. Default
 	// clock.Real.
 	Clock clock.Clock
 	// AckedInterval is how often, at most, the acknowledged watermark is rewritten
 	// while the log changes (see the l0-acked file in doc.go). Acknowledged records
-	// whose loss inside pebble's last log file goes undetected are at most those of
-	// the last interval before a crash. Default 100 ms.
+	// whose loss in the last group before a crash goes undetected otherwise are at
+	// most those of the last interval. Default 100 ms.
 	AckedInterval time.Duration
-	// FS is the file system of the log: pebble's files and the l0-acked file
-	// beside them. Pebble's disk-health checks wrap it. Default vfs.Default; a test
-	// passes an in-memory one that forgets unsynced writes, or one that fails calls.
+	// FS is the file system of the log: its segments, its lock and the l0-acked
+	// file. Disk-health checks wrap it. Default vfs.Default; a test passes an
+	// in-memory one that forgets unsynced writes, or one that fails calls.
 	FS vfs.FS
 }
 
 // EnsureDefaults fills in the zero fields.
 func (o *Options) EnsureDefaults() {
-	if o.MemTableSize == 0 {
-		o.MemTableSize = 64 << 20
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = 64 << 20
+	}
+	o.SegmentSize = min(o.SegmentSize, 1<<30)
+	switch {
+	case o.RecycleSegments == 0:
+		o.RecycleSegments = 2
+	case o.RecycleSegments < 0:
+		o.RecycleSegments = 0
 	}
 	o.Clock = clock.OrReal(o.Clock)
 	if o.AckedInterval == 0 {
@@ -70,8 +74,10 @@ func (o *Options) EnsureDefaults() {
 // Log is the WAL of one engine. It is safe for concurrent use; appends to one shard
 // are ordered, appends to different shards run in parallel and share fsyncs.
 type Log struct {
-	db       *pebble.DB
-	fsCloser io.Closer // stops the disk-health checks of db's file system
+	w        *writer
+	lock     io.Closer // the directory's
+	fsCloser io.Closer // stops the disk-health checks
+	fs       vfs.FS
 	dir      string
 	opts     Options
 
@@ -88,16 +94,15 @@ type Log struct {
 		sync.RWMutex
 		shards map[string]*shardState
 	}
-	// ops counts calls in flight; Close waits for them, because pebble must not be
-	// closed under a commit or an iterator.
+	// ops counts calls in flight; Close waits for them.
 	ops struct {
 		sync.Mutex
 		cond     sync.Cond
 		inflight int
 		closed   bool
 	}
-	// failed is set when a commit was applied but its sync failed: from then on the
-	// in-memory offsets may be ahead of the disk, so the Log refuses everything.
+	// failed is set when a write or sync failed: from then on the in-memory
+	// offsets may be ahead of the disk, so the Log refuses everything.
 	failed atomic.Pointer[error]
 	// tail is the flusher new shards ship their pages to (see ShipTo), and ship
 	// how appends wait for it.
@@ -105,17 +110,16 @@ type Log struct {
 	ship ShipOptions
 }
 
-// shardState is what the Log knows of one shard without reading its pages.
+// shardState is what the Log knows of one shard: its page index among the rest.
 type shardState struct {
 	// truncating is held by a truncation from start to end, and taken before mu.
 	truncating sync.Mutex
 	mu         struct {
 		sync.Mutex
-		floor   uint64 // first offset not truncated away
-		next    uint64 // offset of the next record appended
-		pages   int
+		floor   uint64    // first offset not truncated away
+		next    uint64    // offset of the next record appended
+		pages   []pageRef // from the floor, in offset order
 		payload uint64    // record bytes in the shard's pages
-		oldest  time.Time // appended-at of the first page; zero without pages
 		epoch   uint64    // the owner epoch appends and truncations must carry
 		// tail is the flusher the shard's pages go to, shipping the ticket of the
 		// last page given to it. While gate is set, pages given to tail are not
@@ -136,6 +140,14 @@ type shardState struct {
 	floorMark atomic.Uint64
 }
 
+// oldestLocked is when the shard's oldest page was appended; zero without pages.
+func (st *shardState) oldestLocked() time.Time {
+	if len(st.mu.pages) == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, st.mu.pages[0].appended)
+}
+
 func (st *shardState) setFloorLocked(floor uint64) {
 	st.mu.floor = floor
 	st.floorMark.Store(floor)
@@ -152,34 +164,43 @@ func (st *shardState) forgetGivenLocked(floor uint64) {
 	st.mu.given = st.mu.given[i:]
 }
 
+// cutLocked drops the shard's pages before offset next, a page boundary, and raises
+// its floor to it; it returns the pages dropped, whose segments may go once the
+// cut is durable. The watermark's floorMark is the caller's to raise then.
+func (st *shardState) cutLocked(next uint64) []pageRef {
+	i := sort.Search(len(st.mu.pages), func(i int) bool { return st.mu.pages[i].first >= next })
+	cut := slices.Clone(st.mu.pages[:i])
+	st.mu.pages = slices.Delete(st.mu.pages, 0, i)
+	for _, p := range cut {
+		st.mu.payload -= p.payload
+	}
+	st.mu.floor = next
+	st.forgetGivenLocked(next)
+	return cut
+}
+
 // Open opens (creating it if needed) the log in dir and loads every shard's state.
+// A directory that holds a log of an earlier format is refused with ErrFormat.
 func Open(dir string, opts Options) (*Log, error) {
 	opts.EnsureDefaults()
-	// Pebble starts a disk-health goroutine for its default file system and stops it
-	// only in DB.Close, so a failed Open would leak it: l0 owns it instead.
-	fs, fsCloser := vfs.WithDiskHealthChecks(opts.FS, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
-		opts.Logger.Warn("wal: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
-	})
-	db, err := pebble.Open(dir, &pebble.Options{
-		FS:                 fs,
-		FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize:       opts.MemTableSize,
-		Logger:             pebbleLogger{opts.Logger},
-		// Pebble's default makes corruption found on a read fatal; l0 reports it as
-		// the read's error instead, and logs it.
-		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
-			opts.Logger.Error("wal: on-disk corruption", "path", info.Path, "err", info.Details)
-		}},
-	})
+	fs, fsCloser := vfs.WithDiskHealthChecks(opts.FS, 5*time.Second, nil, slowDisk(opts.Logger))
+	if err := fsutil.MkdirAll(fs, dir); err != nil {
+		fsCloser.Close()
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	lock, err := fs.Lock(fs.PathJoin(dir, "LOCK"))
 	if err != nil {
 		fsCloser.Close()
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
-	l := &Log{db: db, fsCloser: fsCloser, dir: dir, opts: opts}
+	l := &Log{lock: lock, fsCloser: fsCloser, fs: fs, dir: dir, opts: opts}
 	l.ops.cond.L = &l.ops.Mutex
 	l.mu.shards = make(map[string]*shardState)
 	if err := l.recover(); err != nil {
-		db.Close()
+		if l.w != nil {
+			l.w.close()
+		}
+		lock.Close()
 		fsCloser.Close()
 		return nil, err
 	}
@@ -188,90 +209,51 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// recover loads the shards' state and checks it against the acknowledged watermark.
+// recover replays the segments, checks what they hold against the acknowledged
+// watermark, and starts the writer on a new segment.
 func (l *Log) recover() error {
-	marks, err := readMarks(l.opts.FS, l.dir)
+	marks, err := readMarks(l.fs, l.dir)
 	if err != nil {
 		return err
 	}
-	if err := l.load(); err != nil {
+	rec, err := recoverSegments(l.fs, l.dir, l.opts)
+	if err != nil {
 		return err
 	}
+	logged := make(map[string]checkpointed, len(rec.shards))
+	for id, r := range rec.shards {
+		st := l.stateLocked(id)
+		st.setFloorLocked(r.floor)
+		st.mu.epoch = r.epoch
+		st.mu.pages = r.pages
+		st.mu.next = r.floor
+		if n := len(r.pages); n > 0 {
+			st.mu.next = r.pages[n-1].next()
+		}
+		for _, p := range r.pages {
+			st.mu.payload += p.payload
+		}
+		logged[id] = checkpointed{shard: id, epoch: r.epoch, floor: r.floor}
+	}
+	l.w = newWriter(l.fs, l.dir, l.opts, rec.segs, rec.pool, logged, rec.seq)
 	if err := l.checkMarks(marks); err != nil {
 		return err
 	}
+	if err := l.w.start(); err != nil {
+		return err
+	}
+	l.w.mu.Lock()
+	l.w.dropObsoleteLocked()
+	l.w.mu.Unlock()
 	for _, st := range l.mu.shards {
 		st.acked.Store(st.mu.next)
 	}
 	// A kill before the watermark caught up leaves it behind the log. Claim what was
 	// recovered now: nothing else would rewrite it before a change, and a clean Close
-	// with none would leave the replayed records uncovered. Pebble's Open flushed what
-	// it replayed to synced tables, so all of it is durable.
+	// with none would leave the replayed records uncovered. Everything replayed was
+	// read from the disk, and the segment that ended torn has its last group synced.
 	if !maps.Equal(marks, l.marks()) {
 		return l.writeMarksNow()
-	}
-	return nil
-}
-
-// load reads the floors and the page headers of every shard.
-func (l *Log) load() error {
-	it, err := l.db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("wal: load: %w", err)
-	}
-	defer it.Close()
-	for valid := it.First(); valid; valid = it.Next() {
-		k := it.Key()
-		switch k[0] {
-		case floorPrefix:
-			v := it.Value()
-			if len(v) != 8 {
-				return fmt.Errorf("wal: floor of shard %q: %d bytes: %w", k[1:], len(v), ErrCorrupt)
-			}
-			st := l.stateLocked(string(k[1:]))
-			st.setFloorLocked(binary.BigEndian.Uint64(v))
-			st.mu.next = max(st.mu.next, st.mu.floor)
-		case epochPrefix:
-			v := it.Value()
-			if len(v) != 8 {
-				return fmt.Errorf("wal: epoch of shard %q: %d bytes: %w", k[1:], len(v), ErrCorrupt)
-			}
-			l.stateLocked(string(k[1:])).mu.epoch = binary.BigEndian.Uint64(v)
-		case pagePrefix:
-			shard, first, ok := parsePageKey(k)
-			if !ok {
-				return fmt.Errorf("wal: page key %q: %w", k, ErrCorrupt)
-			}
-			h, err := decodeHeader(shard, first, it.Value())
-			if err != nil {
-				return err
-			}
-			st := l.stateLocked(shard)
-			// Floor keys sort before page keys, so the floor is known here. Every
-			// truncation and reset writes the floor in the batch that drops the pages
-			// below it, and a shard without a floor key starts at 0: a first page
-			// anywhere else means pages were lost.
-			switch {
-			case st.mu.pages == 0 && first < st.mu.floor:
-				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page before the floor %d", st.mu.floor)}
-			case st.mu.pages == 0 && first > st.mu.floor:
-				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("the first page, above the floor %d: a page is missing", st.mu.floor)}
-			}
-			if st.mu.pages > 0 && first != st.mu.next {
-				return &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", st.mu.next)}
-			}
-			if st.mu.pages == 0 {
-				st.mu.oldest = h.appendedAt
-			}
-			st.mu.pages++
-			st.mu.payload += h.payload
-			st.mu.next = first + uint64(h.count)
-		default:
-			return fmt.Errorf("wal: unknown key %q: %w", k, ErrCorrupt)
-		}
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("wal: load: %w", err)
 	}
 	return nil
 }
@@ -300,7 +282,7 @@ func (l *Log) state(shard string) *shardState {
 	return l.stateLocked(shard)
 }
 
-// enter admits a call, which must call exit when done with pebble.
+// enter admits a call, which must call exit when done with the files.
 func (l *Log) enter() error {
 	if errp := l.failed.Load(); errp != nil {
 		return fmt.Errorf("%w: %v", ErrFailed, *errp) // not the earlier error's sentinels: this call wrote nothing
@@ -323,10 +305,18 @@ func (l *Log) exit() {
 	}
 }
 
+// fail makes the Log refuse every later call, after a write or sync whose outcome
+// is unknown, and returns err as that outcome.
+func (l *Log) fail(what string, err error) error {
+	err = fmt.Errorf("wal: %s: %w: %w", what, ErrUnknownOutcome, err)
+	l.failed.CompareAndSwap(nil, &err)
+	return err
+}
+
 // Append writes recs as one page of shard and returns the offset of the first record
 // once the page is durable. The caller validates shard ids and record sizes; an empty
 // batch is refused, and so is an epoch other than the shard's (ErrStaleEpoch). A
-// context cancelled before the commit writes nothing.
+// context cancelled before the page enters the log writes nothing.
 func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]byte) (uint64, error) {
 	if len(recs) == 0 {
 		return 0, ErrEmptyBatch
@@ -339,16 +329,9 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	if err := l.waitRoom(ctx, st); err != nil {
 		return 0, err
 	}
-	key := pageKey(shard, 0)
-	vlen := pageLen(recs)
-	// The page is encoded straight into the batch: no copy of the records but the
-	// one into pebble's batch.
-	b := l.db.NewBatchWithSize(batchOverhead + len(key) + vlen)
-	defer b.Close()
-
-	// Under the shard's lock: take the offsets and enter pebble's commit pipeline, so
-	// that pages of one shard reach pebble's WAL in offset order. The fsync is waited
-	// for outside the lock, where appends of this and other shards share it.
+	// Under the shard's lock: take the offsets and add the page to the filling
+	// group, so that pages of one shard reach the log in offset order. The sync is
+	// waited for outside the lock, where appends of this and other shards share it.
 	st.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		st.mu.Unlock()
@@ -363,31 +346,16 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		return 0, fmt.Errorf("wal: shard %q: %w", shard, err)
 	}
 	first := st.mu.next
-	if broken.Is(broken.ReuseOffset) && first > 0 && st.mu.pages%5 == 4 {
+	if broken.Is(broken.ReuseOffset) && first > 0 && len(st.mu.pages)%5 == 4 {
 		first--
 	}
 	now := l.opts.Clock.Now()
-	op := b.SetDeferred(len(key), vlen)
-	binary.BigEndian.PutUint64(key[len(key)-8:], first)
-	copy(op.Key, key)
-	if v := encodePage(op.Value[:0], shard, first, now, recs); len(v) != vlen {
-		panic(fmt.Sprintf("wal: page of %d bytes encoded to %d", vlen, len(v)))
-	}
-	if err := op.Finish(); err != nil {
+	l.w.mu.Lock()
+	ref, err := l.w.addPageLocked(shard, first, now.UnixNano(), recs, false)
+	l.w.mu.Unlock()
+	if err != nil {
 		st.mu.Unlock()
-		return 0, err
-	}
-	durably := pebble.Sync
-	if broken.Is(broken.AckBeforeSync) {
-		durably = pebble.NoSync
-	}
-	if err := l.applyNoSyncWait(b, durably); err != nil {
-		// Pebble may have written the batch to its log before failing: the state
-		// on disk is unknown, so the offsets in memory can no longer be trusted.
-		st.mu.Unlock()
-		err = fmt.Errorf("wal: commit: %w: %w", ErrUnknownOutcome, err)
-		l.failed.CompareAndSwap(nil, &err)
-		return 0, err
+		return 0, l.fail("append", err)
 	}
 	var (
 		ship *tail.Ticket
@@ -400,20 +368,13 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		st.mu.shipping = ship
 		st.mu.given = append(st.mu.given, givenPage{first, ship})
 	}
-	if st.mu.pages == 0 {
-		st.mu.oldest = now
-	}
-	st.mu.pages++
+	st.mu.pages = append(st.mu.pages, ref)
 	st.mu.next = first + uint64(len(recs))
-	for _, r := range recs {
-		st.mu.payload += uint64(len(r))
-	}
+	st.mu.payload += ref.payload
 	st.mu.Unlock()
 
-	if err := l.syncWait(b); err != nil {
-		err = fmt.Errorf("wal: sync: %w: %w", ErrUnknownOutcome, err)
-		l.failed.CompareAndSwap(nil, &err)
-		return 0, err
+	if err := ref.g.wait(); err != nil {
+		return 0, l.fail("sync", err)
 	}
 	if l.ship.Remote && ship != nil {
 		// The page is durable here, and must be on the object store too, where
@@ -465,7 +426,7 @@ func (l *Log) Info(shard string) ShardInfo {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Pages: st.mu.pages, UnsealedBytes: st.mu.payload, Oldest: st.mu.oldest, Epoch: st.mu.epoch}
+	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Pages: len(st.mu.pages), UnsealedBytes: st.mu.payload, Oldest: st.oldestLocked(), Epoch: st.mu.epoch}
 }
 
 // Shards returns the shards that have pages, sorted.
@@ -478,7 +439,7 @@ func (l *Log) Shards() []string {
 	var out []string
 	for shard, st := range states {
 		st.mu.Lock()
-		if st.mu.pages > 0 {
+		if len(st.mu.pages) > 0 {
 			out = append(out, shard)
 		}
 		st.mu.Unlock()
@@ -512,102 +473,78 @@ func (l *Log) pages(shard string, from uint64, clone bool) iter.Seq2[Page, error
 			return
 		}
 		defer l.exit()
-		it, end, err := l.view(shard, from)
+		refs, pinned, err := l.view(shard, from)
 		if err != nil {
 			yield(Page{}, err)
 			return
 		}
-		if it == nil {
-			return
+		defer l.w.unpin(pinned)
+		var buf []byte
+		for _, r := range refs {
+			if clone {
+				buf = nil
+			}
+			p, err := l.readPage(shard, r, &buf)
+			if err != nil {
+				yield(Page{}, err)
+				return
+			}
+			if !yield(p, nil) {
+				return
+			}
 		}
-		defer it.Close()
-		scan(it, shard, from, end, clone, yield)
 	}
 }
 
-// view checks from against the shard's floor and opens an iterator over its pages,
-// which end at end; it returns no iterator if there is nothing to read from from.
-func (l *Log) view(shard string, from uint64) (it *pebble.Iterator, end uint64, err error) {
+// view checks from against the shard's floor and returns the pages from the one
+// holding from to the end of the durable ones, with their segments pinned.
+func (l *Log) view(shard string, from uint64) (refs []pageRef, pinned []*segment, err error) {
 	l.mu.RLock()
 	st, ok := l.mu.shards[shard]
 	l.mu.RUnlock()
 	if !ok {
-		return nil, 0, nil
+		return nil, nil, nil
 	}
-	// The floor and the iterator's view must be one state: truncations (and adopts)
-	// apply their batch and raise the floor under st.mu, so a view opened under it
-	// holds every page from the floor on. A truncation between the check and the
-	// view would start the read past from, or leave it nothing.
+	// The floor and the pages taken must be one state, and the segments pinned
+	// before a truncation can drop them.
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if from < st.mu.floor {
-		return nil, 0, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
+		return nil, nil, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
 	}
-	// Pebble shows a batch applied with ApplyNoSyncWait before its sync: a page past
-	// acked may still fail to sync, or be lost in a crash and its offsets taken by
-	// another record after the reopen, so the view ends at acked. acked is a page
-	// boundary (an append raises it to its page's end), and every page below it was
-	// applied before it rose, so the view holds them.
-	end = st.acked.Load()
-	if from >= end {
-		return nil, end, nil
+	// A page past acked may still fail to sync, or be lost in a crash and its
+	// offsets taken by another record after the reopen, so the view ends at acked,
+	// a page boundary (an append raises it to its page's end).
+	end := st.acked.Load()
+	pages := st.mu.pages
+	i := sort.Search(len(pages), func(i int) bool { return pages[i].next() > from })
+	j := sort.Search(len(pages), func(i int) bool { return pages[i].first >= end })
+	if i >= j {
+		return nil, nil, nil
 	}
-	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: shardPrefix(pagePrefix, shard), UpperBound: pageKey(shard, end)})
-	if err != nil {
-		return nil, 0, fmt.Errorf("wal: read shard %q: %w", shard, err)
-	}
-	return it, end, nil
+	refs = slices.Clone(pages[i:j])
+	return refs, l.w.pin(refs), nil
 }
 
-// scan yields the pages of it from the one holding offset from to end; with clone,
-// the pages' records are copies. The view holds every page from from to end, so a
-// gap is corruption: at the start, between pages, or at the end.
-func scan(it *pebble.Iterator, shard string, from, end uint64, clone bool, yield func(Page, error) bool) {
-	// The page holding from is the last one that starts at or before it.
-	valid := it.SeekLT(pageKey(shard, from+1))
-	if !valid {
-		valid = it.First()
+// readPage reads and checks the page r of shard into *buf, which it reuses if large
+// enough.
+func (l *Log) readPage(shard string, r pageRef, buf *[]byte) (Page, error) {
+	if cap(*buf) < int(r.n) {
+		*buf = make([]byte, r.n)
 	}
-	expect := from
-	started := false
-	for ; valid; valid = it.Next() {
-		_, first, ok := parsePageKey(it.Key())
-		if !ok {
-			yield(Page{}, fmt.Errorf("wal: page key %q: %w", it.Key(), ErrCorrupt))
-			return
-		}
-		v := it.Value()
-		if clone {
-			v = slices.Clone(v)
-		}
-		p, err := decodePage(shard, first, v)
-		if err != nil {
-			yield(Page{}, err)
-			return
-		}
-		if p.NextOffset() <= from {
-			continue
-		}
-		switch {
-		case !started && first > from:
-			yield(Page{}, &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("the first page after offset %d: the page holding it is missing", from)})
-			return
-		case started && first != expect:
-			yield(Page{}, &CorruptionError{Shard: shard, Offset: first, Reason: fmt.Sprintf("page follows offset %d: a page is missing", expect)})
-			return
-		}
-		started, expect = true, p.NextOffset()
-		if !yield(p, nil) {
-			return
-		}
+	b := (*buf)[:r.n]
+	if n, err := r.g.seg.r.ReadAt(b, r.g.base+int64(r.rel)); n < len(b) {
+		return Page{}, fmt.Errorf("wal: read shard %q at offset %d: %w", shard, r.first, errors.Join(err, io.ErrUnexpectedEOF))
 	}
-	if err := it.Error(); err != nil {
-		yield(Page{}, fmt.Errorf("wal: read shard %q: %w", shard, err))
-		return
+	klen := len(pageKey(shard, 0))
+	p, err := decodePage(shard, r.first, b[klen:])
+	if err != nil {
+		return Page{}, err
 	}
-	if expect < end {
-		yield(Page{}, &CorruptionError{Shard: shard, Offset: expect, Reason: fmt.Sprintf("the pages end at %d, the shard at %d: pages are missing", expect, end)})
+	if p.NextOffset() != r.next() {
+		return Page{}, &CorruptionError{Shard: shard, Offset: r.first, Reason: fmt.Sprintf("%d records, the log said %d", len(p.Records), r.count)}
 	}
+	return p, nil
 }
 
 // TruncateThrough removes the shard's pages before offset next, which must be a page
@@ -615,9 +552,9 @@ func scan(it *pebble.Iterator, shard string, from, end uint64, clone bool, yield
 // append continues where the shard was. An epoch other than the shard's is
 // ErrStaleEpoch: an earlier owner's late cleanup cannot touch a newer owner's pages.
 //
-// Appends to the shard wait for none of it but the entry of the deletion into
-// pebble's commit pipeline, and its fsync is shared with theirs: a truncation costs
-// an appender no disk round trip of its own.
+// Appends to the shard wait for none of it but the entry of the floor into the
+// filling group, whose fsync is shared with theirs: a truncation costs an appender
+// no disk round trip of its own.
 func (l *Log) TruncateThrough(shard string, epoch, next uint64) error {
 	if err := l.enter(); err != nil {
 		return err
@@ -627,55 +564,44 @@ func (l *Log) TruncateThrough(shard string, epoch, next uint64) error {
 	st.truncating.Lock()
 	defer st.truncating.Unlock()
 	st.mu.Lock()
-	floor, end, cur := st.mu.floor, st.mu.next, st.mu.epoch
-	st.mu.Unlock()
 	switch {
-	case epoch != cur:
-		return fmt.Errorf("wal: truncate shard %q: epoch %d, the shard's is %d: %w", shard, epoch, cur, ErrStaleEpoch)
-	case next <= floor:
-		return nil
-	case next > end:
-		return fmt.Errorf("wal: truncate shard %q through %d past its end %d: %w", shard, next, end, ErrNotPageBoundary)
-	}
-	// The pages below end do not change while st.truncating is held (appends write
-	// at end and past it; only truncations delete), so they are counted without the
-	// shard's lock.
-	cut, err := l.pagesBelow(shard, floor, next, end)
-	if err != nil {
-		return err
-	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := dropBatch(b, shard, pageKey(shard, next), next); err != nil {
-		return err
-	}
-	st.mu.Lock()
-	if epoch != st.mu.epoch {
-		st.mu.Unlock()
+	case epoch != st.mu.epoch:
+		defer st.mu.Unlock()
 		return fmt.Errorf("wal: truncate shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
-	}
-	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+	case next <= st.mu.floor:
 		st.mu.Unlock()
-		return fmt.Errorf("wal: shard %q: drop pages below %d: %w", shard, next, err)
+		return nil
+	case next > st.mu.next || !st.boundaryLocked(next):
+		defer st.mu.Unlock()
+		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
 	}
-	if next == end && st.mu.next > end {
-		// Pages were appended after the count: the first of them is now the oldest.
-		if cut.oldest, err = l.appendedAt(shard, next); err != nil {
-			st.mu.Unlock()
-			return err
-		}
+	g, err := l.w.addShardEntry(entryFloor, shard, next)
+	if err != nil {
+		st.mu.Unlock()
+		return l.fail("truncate", err)
 	}
-	st.cutLocked(next, cut)
+	cut := st.cutLocked(next)
 	st.mu.Unlock()
-	if err := b.SyncWait(); err != nil {
-		err = fmt.Errorf("wal: sync: %w", err)
-		l.failed.CompareAndSwap(nil, &err)
-		return err
+	if err := g.wait(); err != nil {
+		return l.fail("sync", err)
 	}
-	// The watermark may claim the new floor only once it is durable.
+	// The watermark may claim the new floor, and the segments lose the pages, only
+	// once the floor is durable.
 	st.floorMark.Store(next)
+	l.w.drop(cut)
 	l.changes.Add(1)
 	return nil
+}
+
+// boundaryLocked reports whether offset next starts one of the shard's pages or ends
+// the last.
+func (st *shardState) boundaryLocked(next uint64) bool {
+	if next == st.mu.next {
+		return true
+	}
+	pages := st.mu.pages
+	i := sort.Search(len(pages), func(i int) bool { return pages[i].first >= next })
+	return i < len(pages) && pages[i].first == next
 }
 
 // truncateLocked is TruncateThrough with st.truncating and st.mu held, for an open
@@ -684,105 +610,36 @@ func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if next <= st.mu.floor {
 		return nil
 	}
-	cut, err := l.pagesBelow(shard, st.mu.floor, next, st.mu.next)
-	if err != nil {
+	if !st.boundaryLocked(next) {
+		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
+	}
+	if err := l.logShardEntry(entryFloor, shard, next); err != nil {
 		return err
 	}
-	if err := l.dropPages(shard, pageKey(shard, next), next); err != nil {
-		return err
-	}
-	st.cutLocked(next, cut)
+	l.w.drop(st.cutLocked(next))
 	st.floorMark.Store(next)
 	l.changes.Add(1)
 	return nil
 }
 
-// cut is what a truncation removes from a shard's counts, and the appended-at of the
-// page it leaves first (zero if it leaves none).
-type cut struct {
-	pages   int
-	payload uint64
-	oldest  time.Time
-}
-
-// cutLocked raises the shard's floor to next and takes c from its counts; st.mu is
-// held. The watermark's floorMark is the caller's to raise once the cut is durable.
-func (st *shardState) cutLocked(next uint64, c cut) {
-	st.mu.floor = next
-	st.forgetGivenLocked(next)
-	st.mu.pages -= c.pages
-	st.mu.payload -= c.payload
-	st.mu.oldest = c.oldest
-}
-
-// pagesBelow counts the shard's pages from floor to next, reading their headers
-// only, and checks that the last of them ends at next: next must start a page or, at
-// end, end the log.
-func (l *Log) pagesBelow(shard string, floor, next, end uint64) (cut, error) {
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: pageKey(shard, floor), UpperBound: pageKey(shard, next)})
+// logShardEntry writes a floor, reset or epoch entry and waits for its sync.
+func (l *Log) logShardEntry(kind byte, shard string, v uint64) error {
+	g, err := l.w.addShardEntry(kind, shard, v)
+	if err == nil {
+		err = g.wait()
+	}
 	if err != nil {
-		return cut{}, err
+		return l.fail("sync", err)
 	}
-	var c cut
-	last := floor
-	for valid := it.First(); valid; valid = it.Next() {
-		_, first, _ := parsePageKey(it.Key())
-		h, err := decodeHeader(shard, first, it.Value())
-		if err != nil {
-			it.Close()
-			return cut{}, err
-		}
-		c.pages++
-		c.payload += h.payload
-		last = first + uint64(h.count)
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return cut{}, fmt.Errorf("wal: truncate shard %q: %w", shard, err)
-	}
-	if last != next {
-		return cut{}, fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
-	}
-	if next < end {
-		if c.oldest, err = l.appendedAt(shard, next); err != nil {
-			return cut{}, err
-		}
-	}
-	return c, nil
+	return nil
 }
 
-// appendedAt reads when the shard's page at offset first was appended.
-func (l *Log) appendedAt(shard string, first uint64) (time.Time, error) {
-	v, closer, err := l.db.Get(pageKey(shard, first))
-	if err != nil {
-		return time.Time{}, fmt.Errorf("wal: shard %q: page at %d: %w", shard, first, err)
-	}
-	defer closer.Close()
-	h, err := decodeHeader(shard, first, v)
-	return h.appendedAt, err
-}
+// Fsyncs returns how many times the log synced a segment.
+func (l *Log) Fsyncs() uint64 { return l.w.syncs.Load() }
 
-// Fsyncs returns how many times pebble synced its WAL.
-func (l *Log) Fsyncs() uint64 {
-	if err := l.enter(); err != nil {
-		return 0
-	}
-	defer l.exit()
-	return PebbleSyncs(l.db)
-}
-
-// PebbleSyncs returns how many times db synced its log, from pebble's own fsync
-// latency histogram. Exported for benchmarks that run pebble beside the Log.
-func PebbleSyncs(db *pebble.DB) uint64 {
-	h := db.Metrics().LogWriter.FsyncLatency
-	if h == nil {
-		return 0
-	}
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		return 0
-	}
-	return m.GetHistogram().GetSampleCount()
-}
+// Segments returns how many segment files the log holds: those with pages not yet
+// sealed (and the current one), and those kept to be reused.
+func (l *Log) Segments() (live, pooled int) { return l.w.segments() }
 
 // Close waits for the calls in flight and closes the log; later calls fail with
 // ErrClosed. An iteration over Pages holds Close off until it ends.
@@ -803,35 +660,5 @@ func (l *Log) Close() error {
 	if err := l.writeMarksIfChanged(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(append(errs, l.db.Close(), l.fsCloser.Close())...)
-}
-
-// pebbleLogger sends pebble's messages to slog.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) { p.l.Info(fmt.Sprintf(format, args...)) }
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...))
-}
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error(msg)
-	panic(msg)
-}
-
-// applyNoSyncWait is pebble's ApplyNoSyncWait, or, in a broken build without the
-// sync, a plain unsynced Apply.
-func (l *Log) applyNoSyncWait(b *pebble.Batch, durably *pebble.WriteOptions) error {
-	if durably == pebble.NoSync {
-		return l.db.Apply(b, durably)
-	}
-	return l.db.ApplyNoSyncWait(b, durably)
-}
-
-// syncWait waits for b's sync, which a broken build never asked for.
-func (l *Log) syncWait(b *pebble.Batch) error {
-	if broken.Is(broken.AckBeforeSync) {
-		return nil
-	}
-	return b.SyncWait()
+	return errors.Join(append(errs, l.w.close(), l.lock.Close(), l.fsCloser.Close())...)
 }

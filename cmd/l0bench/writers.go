@@ -21,7 +21,6 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
-	"github.com/l0store/l0/wal"
 )
 
 // A sink is what the appenders of a run append to: l0, or one of its baselines.
@@ -375,7 +374,7 @@ func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sin
 				}
 				return nil
 			},
-			syncs:     func() uint64 { return wal.PebbleSyncs(db) },
+			syncs:     func() uint64 { return pebbleSyncs(db) },
 			warmBytes: true,
 			close:     db.Close,
 		}, nil
@@ -478,4 +477,18 @@ func (h *l0Shards) sealState() sealState {
 		s.backlog += sh.UnsealedBytes
 	}
 	return s
+}
+
+// pebbleSyncs returns how many times db synced its log, from pebble's own fsync
+// latency histogram.
+func pebbleSyncs(db *pebble.DB) uint64 {
+	h := db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return 0
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetHistogram().GetSampleCount()
 }
