@@ -119,7 +119,7 @@ func (l *Log) checkMarks(marks map[string]mark) error {
 		switch {
 		case st.mu.next < m.acked:
 			return &CorruptionError{Shard: id, Offset: st.mu.next, Reason: fmt.Sprintf(
-				"acknowledged records %d to %d are missing: pebble's log replayed short of what was synced", st.mu.next, m.acked-1)}
+				"acknowledged records %d to %d are missing: the log replayed short of what was synced", st.mu.next, m.acked-1)}
 		case st.mu.floor < m.floor:
 			return &CorruptionError{Shard: id, Offset: st.mu.floor, Reason: fmt.Sprintf(
 				"the floor went back from %d: a durable truncation is missing", m.floor)}
