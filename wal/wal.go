@@ -94,12 +94,13 @@ type Log struct {
 		sync.RWMutex
 		shards map[string]*shardState
 	}
-	// ops counts calls in flight; Close waits for them.
+	// ops counts calls in flight; Close waits for them. Calls take no lock to enter
+	// and leave: only once closed is set do they wake Close on the cond.
 	ops struct {
-		sync.Mutex
+		inflight atomic.Int64
+		closed   atomic.Bool
+		mu       sync.Mutex
 		cond     sync.Cond
-		inflight int
-		closed   bool
 	}
 	// failed is set when a write or sync failed: from then on the in-memory
 	// offsets may be ahead of the disk, so the Log refuses everything.
@@ -194,7 +195,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
 	l := &Log{lock: lock, fsCloser: fsCloser, fs: fs, dir: dir, opts: opts}
-	l.ops.cond.L = &l.ops.Mutex
+	l.ops.cond.L = &l.ops.mu
 	l.mu.shards = make(map[string]*shardState)
 	if err := l.recover(); err != nil {
 		if l.w != nil {
@@ -287,21 +288,19 @@ func (l *Log) enter() error {
 	if errp := l.failed.Load(); errp != nil {
 		return fmt.Errorf("%w: %v", ErrFailed, *errp) // not the earlier error's sentinels: this call wrote nothing
 	}
-	l.ops.Lock()
-	defer l.ops.Unlock()
-	if l.ops.closed {
+	l.ops.inflight.Add(1)
+	if l.ops.closed.Load() {
+		l.exit()
 		return ErrClosed
 	}
-	l.ops.inflight++
 	return nil
 }
 
 func (l *Log) exit() {
-	l.ops.Lock()
-	defer l.ops.Unlock()
-	l.ops.inflight--
-	if l.ops.inflight == 0 {
+	if l.ops.inflight.Add(-1) == 0 && l.ops.closed.Load() {
+		l.ops.mu.Lock()
 		l.ops.cond.Broadcast()
+		l.ops.mu.Unlock()
 	}
 }
 
@@ -644,16 +643,14 @@ func (l *Log) Segments() (live, pooled int) { return l.w.segments() }
 // Close waits for the calls in flight and closes the log; later calls fail with
 // ErrClosed. An iteration over Pages holds Close off until it ends.
 func (l *Log) Close() error {
-	l.ops.Lock()
-	if l.ops.closed {
-		l.ops.Unlock()
+	if l.ops.closed.Swap(true) {
 		return ErrClosed
 	}
-	l.ops.closed = true
-	for l.ops.inflight > 0 {
+	l.ops.mu.Lock()
+	for l.ops.inflight.Load() > 0 {
 		l.ops.cond.Wait()
 	}
-	l.ops.Unlock()
+	l.ops.mu.Unlock()
 	close(l.stopMarks)
 	<-l.marksDone
 	var errs []error

@@ -19,9 +19,9 @@ import (
 // appendKinds are the append scenario's contenders: the best raw writer (the limit
 // the others are judged against), the old serial raw writer, pebble's log layer,
 // pebble DB written as l0 writes and, with extras, as l0bench once wrote it (16
-// keys per append), and l0 at each shard count.
+// keys per append), l0's WAL without the engine, and l0 at each shard count.
 func appendKinds(shardCounts []int, triggers seal.Options, extras bool) []sinkKind {
-	ks := []sinkKind{bestRawKind, serialKind, walKind, oneKeyKind}
+	ks := []sinkKind{bestRawKind, serialKind, walKind, oneKeyKind, l0WALKind}
 	if extras {
 		ks = append(ks, keys16Kind)
 	}
@@ -224,6 +224,9 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 		return err
 	}
 	var targets []target
+	if i := at(l0WAL); i >= 0 {
+		targets = append(targets, atLeast("l0's WAL alone MB/s over the best raw writer's", 0.85, vsBest[i].PerRound...))
+	}
 	if last := len(kinds) - 1; kinds[last].shards > 0 {
 		targets = append(targets, atLeast(fmt.Sprintf("l0 at %d shards MB/s over the best raw writer's", kinds[last].shards), 0.85, vsBest[last].PerRound...))
 	}

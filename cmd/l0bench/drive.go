@@ -134,7 +134,13 @@ func measureWindow(ctx context.Context, s *sink, t timing, acked *atomic.Int64, 
 			capped = true
 			break
 		}
-		if !sleep(min(20*time.Millisecond, max(0, t.warmup-time.Since(begin)))) {
+		// Poll every 20 ms, or at the end of the minimum warm-up if sooner; never
+		// spin, which would take a core from the contender warming up.
+		d := t.warmup - time.Since(begin)
+		if d <= 0 || d > 20*time.Millisecond {
+			d = 20 * time.Millisecond
+		}
+		if !sleep(d) {
 			return
 		}
 	}

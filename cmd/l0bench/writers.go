@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/wal"
 )
 
 // A sink is what the appenders of a run append to: l0, or one of its baselines.
@@ -53,6 +55,7 @@ const (
 	pebbleWAL    = "pebble_wal_recycled"
 	pebbleOneKey = "pebble_db_one_key_per_append"
 	pebble16Keys = "pebble_db_16_keys_per_append"
+	l0WAL        = "l0_wal"
 	l0Key        = "l0"
 )
 
@@ -61,6 +64,7 @@ var (
 	serialKind  = sinkKind{key: serialRaw, name: "raw serial writer: one writer, growing file", open: openSerialRaw}
 	walKind     = sinkKind{key: pebbleWAL, name: "pebble wal, recycled log files", open: openPebbleWAL}
 	oneKeyKind  = sinkKind{key: pebbleOneKey, name: "pebble DB synced, one key per append", open: openPebbleDB(false)}
+	l0WALKind   = sinkKind{key: l0WAL, name: "l0's WAL alone: 64 shards, no tail, truncated as sealed", open: openL0WAL}
 	keys16Kind  = sinkKind{key: pebble16Keys, name: "pebble DB synced, 16 keys per append (extra)", open: openPebbleDB(true)}
 )
 
@@ -379,6 +383,44 @@ func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sin
 			close:     db.Close,
 		}, nil
 	}
+}
+
+// l0WALShards is how many shards the l0 WAL contender spreads its appenders over.
+const l0WALShards = 64
+
+// openL0WAL appends each batch as one page of l0's WAL, the engine's local log,
+// without the engine: no tail to ship to and no seal to keep pace with, so that it
+// shows what the log itself costs beside the raw writers. Appender w appends to
+// shard w mod 64 and truncates its shard as pebble DB's contender deletes (what
+// l0's seals do), so that sealed segments are recycled as in steady state.
+func openL0WAL(_ context.Context, dir string, p appendParams) (*sink, error) {
+	l, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	payloads := p.payloads()
+	firsts := make([][]uint64, p.appenders) // each appender's offsets, appended in turn
+	return &sink{
+		append: func(w int) error {
+			shard := fmt.Sprintf("s%02d", w%l0WALShards)
+			first, err := l.Append(context.Background(), shard, 0, payloads[w])
+			if err != nil {
+				return err
+			}
+			// Its own offsets are page boundaries whatever other appenders of the
+			// shard do, and a truncation below the floor is a no-op.
+			firsts[w] = append(firsts[w], first)
+			if n := len(firsts[w]); n >= pebbleKeep && n%(pebbleKeep/4) == 0 {
+				through := firsts[w][n-pebbleKeep]
+				firsts[w] = slices.Clone(firsts[w][n-pebbleKeep:])
+				return l.TruncateThrough(shard, 0, through)
+			}
+			return nil
+		},
+		syncs:     l.Fsyncs,
+		warmBytes: true,
+		close:     l.Close,
+	}, nil
 }
 
 type quietLogger struct{}
