@@ -15,8 +15,8 @@ import (
 	"github.com/l0store/l0/substrate"
 )
 
-// Limits on Options. A batch is one WAL page, written as one pebble batch: keeping it
-// well under pebble's memtable keeps every append on the ordinary commit path.
+// Limits on Options. A batch is one WAL page, copied whole into the WAL's filling
+// group: keeping it well under the group's bound keeps appends sharing fdatasyncs.
 const (
 	DefaultMaxRecordSize = 1 << 20
 	DefaultMaxBatchBytes = 4 << 20
@@ -34,7 +34,7 @@ type Options struct {
 	// after another may share a Registerer; engines open at the same time need
 	// their own, or one wrapped with prometheus.WrapRegistererWith.
 	Registerer prometheus.Registerer
-	// Logger receives the engine's and pebble's messages; nil discards them. Nothing
+	// Logger receives the engine's and the WAL's messages; nil discards them. Nothing
 	// is logged on the append path.
 	Logger *slog.Logger
 	// MaxRecordSize is the largest record Append accepts, in bytes. Default 1 MiB.

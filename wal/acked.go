@@ -16,11 +16,11 @@ import (
 
 // The acknowledged-watermark file. Changing any of these changes the on-disk format.
 //
-// Pebble reads a damaged record in its last log file as a torn tail and replays the
-// log only up to it, silently dropping every later record, although each was synced
-// and acknowledged. So the Log keeps, outside pebble, a lower bound of what it has
-// acknowledged: per shard the floor and the end of the acknowledged records. Open
-// refuses a log that replays to less.
+// Damage to the newest segment's last groups reads at open as the torn write a crash
+// leaves, which is dropped: every record in it, although synced and acknowledged, would
+// be lost without an error. So the Log keeps, beside its segments, a lower bound of
+// what it has acknowledged: per shard the floor and the end of the acknowledged
+// records. Open refuses a log that replays to less.
 //
 //	+-----------+---------+--------------+---------------------------------------+----------+
 //	| magic     | version | shard count  | per shard: uvarint id length, id,     | CRC-32C  |
