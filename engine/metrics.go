@@ -216,6 +216,14 @@ func newMetrics(e *Engine) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "l0_wal_segments", Help: "WAL segment files: live ones hold unsealed pages (the current one included), recyclable ones wait to be written over.",
+			ConstLabels: prometheus.Labels{"state": "live"},
+		}, func() float64 { live, _ := e.log.Segments(); return float64(live) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "l0_wal_segments", Help: "WAL segment files: live ones hold unsealed pages (the current one included), recyclable ones wait to be written over.",
+			ConstLabels: prometheus.Labels{"state": "recyclable"},
+		}, func() float64 { _, pooled := e.log.Segments(); return float64(pooled) }),
 		m.fences, m.fencesMet, m.collected, m.flushTook, m.shipWait,
 	}
 	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
