@@ -88,10 +88,10 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCountAndMo
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.Scenario != "append" || l.Figures.MBps.Median <= 0 || l.Figures.AckP50Ms.Median <= 0 || len(l.Baselines) != 5 || l.Figures.SealedOverAppended == nil {
+		if l.Scenario != "append" || l.Figures.MBps.Median <= 0 || l.Figures.AckP50Ms.Median <= 0 || len(l.Baselines) != 6 || l.Figures.SealedOverAppended == nil {
 			t.Fatalf("line %d: %+v", lines, l)
 		}
-		for _, key := range []string{bestRaw, serialRaw, pebbleWAL, pebbleOneKey, pebble16Keys} {
+		for _, key := range []string{bestRaw, serialRaw, pebbleWAL, pebbleOneKey, pebble16Keys, l0WAL} {
 			if r := l.Ratios["mb_per_s_vs_"+key]; r.Rounds != cfg.rounds || r.Median <= 0 {
 				t.Fatalf("line %d: ratio to %s: %+v", lines, key, r)
 			}

@@ -1,0 +1,133 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/l0store/l0/internal/tail"
+	"github.com/l0store/l0/substrate/mem"
+	"github.com/l0store/l0/substrate/substratetest"
+)
+
+// heldAppendThenReset sets up a shard whose append is synced and held back from
+// its acknowledgement (a Reship gate, Remote mode), while the shard's new owner
+// resets it below that append's end (SetEpoch, Adopt without keep). It returns
+// the log, with the append acknowledged after the reset.
+func heldAppendThenReset(t *testing.T, dir string, opts Options) (*Log, func()) {
+	t.Helper()
+	ctx := context.Background()
+	l := open(t, dir, opts)
+	f := tail.NewFlusher(tail.NewStream(substratetest.NewBucket(t, "b", mem.New()), "i", 1, 0, "w"),
+		tail.FlushOptions{Interval: time.Millisecond})
+	l.ShipTo(f, ShipOptions{Remote: true})
+	if err := l.SetEpoch("s", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "s", 1, recs("a", 3)); err != nil {
+		t.Fatal(err)
+	}
+	// A tail move that holds acknowledgements until the manifest points at f.
+	if _, err := l.Reship("s", 1, 3, f, true); err != nil {
+		t.Fatal(err)
+	}
+	appended := make(chan error, 1)
+	go func() {
+		_, err := l.Append(ctx, "s", 1, recs("held", 4)) // offsets 3..6
+		appended <- err
+	}()
+	waitFor(t, func() bool { return l.Info("s").Next == 7 })
+	// A new owner of the shard on this log: its epoch entry's group is at or after
+	// the held page's, so once SetEpoch returns the page is synced.
+	if err := l.SetEpoch("s", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Adopt("s", 2, 3, false); err != nil {
+		t.Fatal(err)
+	}
+	// The gate opens: the old owner's append is acknowledged (stranded).
+	l.Resume("s", nil)
+	if err := <-appended; err != nil {
+		t.Logf("held append: %v", err)
+	}
+	return l, func() { f.Close(ctx) }
+}
+
+// TestHuntAResetRacingAHeldAppendKeepsAckedWithinTheShard: an append that synced
+// before a reset (Adopt without keep) and is acknowledged after it raises the
+// shard's acked watermark (st.acked) past the shard's end: the reset stored
+// acked = next, and the append's CAS loop only ever raises it.
+//
+// Expected: acked never exceeds the shard's next offset.
+func TestHuntAResetRacingAHeldAppendKeepsAckedWithinTheShard(t *testing.T) {
+	l, stop := heldAppendThenReset(t, t.TempDir(), Options{})
+	defer stop()
+	defer l.Close()
+	st := l.state("s")
+	if acked, next := st.acked.Load(), l.Info("s").Next; acked > next {
+		t.Fatalf("after the reset to 3 and the held append's acknowledgement: acked %d, the shard's next %d", acked, next)
+	}
+}
+
+// TestHuntAResetRacingAHeldAppendReopensCleanly: the consequence of the above. A
+// clean Close writes the l0-acked watermark with acked 7 for a shard whose log
+// holds nothing past 3; the next Open reports corruption for a log nothing damaged.
+func TestHuntAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
+	dir := t.TempDir()
+	l, stop := heldAppendThenReset(t, dir, Options{})
+	defer stop()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("reopen after a clean close: %v", err)
+	}
+	l2.Close()
+}
+
+// TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage: with acked left past
+// the shard's end, the next owner's append whose group is not yet synced falls
+// below acked, and Pages takes it: a page with no segment yet (its group is not
+// placed), so the read dereferences a nil segment, or yields a page before it is
+// durable.
+func TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
+	var gate syncGate
+	dir := t.TempDir()
+	l, stop := heldAppendThenReset(t, dir, Options{FS: syncFS{FS: vfs.Default, onSync: gate.wait}})
+	defer stop()
+	defer l.Close()
+	l.Resume("s", nil)
+	release := gate.hold()
+	defer release()
+	appended := make(chan error, 1)
+	go func() {
+		_, err := l.Append(context.Background(), "s", 2, recs("new", 1)) // offset 3
+		appended <- err
+	}()
+	waitFor(t, func() bool { return l.Info("s").Next == 4 })
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				release()
+				<-appended
+				t.Fatalf("Pages during the new append's sync panicked: %v", r)
+			}
+		}()
+		for p, err := range l.Pages("s", 3) {
+			if err != nil {
+				if !errors.Is(err, ErrTruncated) {
+					t.Errorf("read: %v", err)
+				}
+				break
+			}
+			t.Errorf("Pages yielded the page at %d before its sync", p.FirstOffset)
+		}
+	}()
+	release()
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+}
