@@ -91,8 +91,8 @@ func TestHuntAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
 // TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage: with acked left past
 // the shard's end, the next owner's append whose group is not yet synced falls
 // below acked, and Pages takes it: a page with no segment yet (its group is not
-// placed), so the read dereferences a nil segment, or yields a page before it is
-// durable.
+// placed), so the read dereferences a nil segment (pin: s.pins++ on a nil
+// *segment), or yields a page before it is durable.
 func TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
 	var gate syncGate
 	dir := t.TempDir()
@@ -108,11 +108,20 @@ func TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
 		appended <- err
 	}()
 	waitFor(t, func() bool { return l.Info("s").Next == 4 })
+	<-gate.held // the flusher is inside that page's sync
+	// A second page waits in the filling group: not placed in a segment yet.
+	appended2 := make(chan error, 1)
+	go func() {
+		_, err := l.Append(context.Background(), "s", 2, recs("newer", 1)) // offset 4
+		appended2 <- err
+	}()
+	waitFor(t, func() bool { return l.Info("s").Next == 5 })
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				release()
 				<-appended
+				<-appended2
 				t.Fatalf("Pages during the new append's sync panicked: %v", r)
 			}
 		}()
@@ -128,6 +137,9 @@ func TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
 	}()
 	release()
 	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-appended2; err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -64,11 +65,11 @@ func TestHuntAnImportBelowTheAcknowledgedEndSurvivesACrash(t *testing.T) {
 	}
 }
 
-// TestHuntAnImportBelowTheFloorSurvivesACrash: the same with the floor. Import
-// takes any sealed watermark (it checks only first <= sealed), also one below the
-// shard's floor, and the l0-acked file keeps the higher floor until its rewrite:
-// a crash in between is refused as "the floor went back".
-func TestHuntAnImportBelowTheFloorSurvivesACrash(t *testing.T) {
+// TestHuntAnImportBelowTheFloorIsRefusedAndChangesNothing: an import whose sealed
+// watermark is below the shard's floor would take the floor back, which the l0-acked
+// file (and any reader) holds as lost truncations: like Adopt, Import refuses it as
+// corruption, and a crash after it reopens the log as it was.
+func TestHuntAnImportBelowTheFloorIsRefusedAndChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewCrashableMem()
 	opts := Options{FS: fs, AckedInterval: time.Hour}
@@ -84,19 +85,20 @@ func TestHuntAnImportBelowTheFloorSurvivesACrash(t *testing.T) {
 	}
 	l = open(t, "wal", opts)
 	defer l.Close()
-	if err := l.Import("s", 0, 6, 6, recs("new", 8)); err != nil { // 6..13
-		t.Fatal(err)
+	var ce *CorruptionError
+	if err := l.Import("s", 0, 6, 6, recs("new", 8)); !errors.As(err, &ce) {
+		t.Fatalf("an import below the floor: %v, want a CorruptionError", err)
 	}
-	if info := l.Info("s"); info.Floor != 6 || info.Next != 14 {
-		t.Fatalf("after the import: %+v", info)
+	if info := l.Info("s"); info.Floor != 10 || info.Next != 10 {
+		t.Fatalf("after the refused import: %+v, want floor and next 10", info)
 	}
 	l2, _, err := crashOpen(t, fs, 0, 0, Options{AckedInterval: time.Hour})
 	if err != nil {
-		t.Fatalf("open after a crash that kept the Import's synced group: %v", err)
+		t.Fatalf("open after a crash: %v", err)
 	}
 	defer l2.Close()
-	if got := readAll(t, l2, "s", 6); len(got) != 8 {
-		t.Fatalf("after the crash: %d records, want 8", len(got))
+	if info := l2.Info("s"); info.Floor != 10 || info.Next != 10 {
+		t.Fatalf("after the crash: %+v, want floor and next 10", info)
 	}
 }
 

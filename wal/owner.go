@@ -88,8 +88,20 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 	defer st.truncating.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if epoch != st.mu.epoch {
+	switch {
+	case epoch != st.mu.epoch:
 		return fmt.Errorf("wal: import shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	case sealed < st.mu.floor:
+		return &CorruptionError{Shard: shard, Offset: sealed, Reason: fmt.Sprintf(
+			"the sealed watermark %d of an import is below the log's floor %d: sealed parts are missing from the manifest", sealed, st.mu.floor)}
+	}
+	if end := sealed + uint64(len(recs)); end < st.acked.Load() {
+		// As Adopt does: the acknowledged watermark must never claim more than the
+		// log holds, so it is lowered durably before the log drops below it.
+		st.acked.Store(end)
+		if err := l.writeMarksNow(); err != nil {
+			return err
+		}
 	}
 	// The reset and the pages are one group: a crash leaves the old pages or the
 	// new ones.
@@ -124,6 +136,7 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 	l.w.drop(st.mu.pages)
 	st.setFloorLocked(sealed)
 	st.mu.next, st.mu.pages, st.mu.payload = next, refs, payload
+	st.mu.resets++
 	st.acked.Store(next)
 	l.changes.Add(1)
 	return nil
@@ -153,6 +166,7 @@ func (l *Log) resetLocked(shard string, st *shardState, next uint64) error {
 	l.w.drop(st.mu.pages)
 	st.setFloorLocked(next)
 	st.mu.next, st.mu.pages, st.mu.payload = next, nil, 0
+	st.mu.resets++
 	st.acked.Store(next)
 	l.changes.Add(1)
 	return nil

@@ -149,12 +149,43 @@ type recovered struct {
 	segs   []*segment // replayed, oldest first, with their read handles open
 	pool   []string   // files to reuse
 	seq    uint64     // the next group's sequence
+	// The newest segment, where its groups end, and whether the last is flagged.
+	newest *segment
+	end    int64
+	closed bool
+}
+
+// settle makes the newest segment's groups durable before anything is written after
+// them: its bytes may have been read from the page cache of a life killed before its
+// fdatasync returned. A segment that ended torn gets its empty last group there,
+// over the torn bytes, with the sequence before seq.
+func (rec *recovered) settle(fs vfs.FS) error {
+	s := rec.newest
+	if s == nil {
+		return nil
+	}
+	f, err := fs.OpenReadWrite(s.name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("wal: settle segment %s: %w", s.name, err)
+	}
+	if !rec.closed {
+		b := make([]byte, groupHeaderLen)
+		putGroupHeader(b, groupHeader{segment: s.num, seq: rec.seq - 1, flags: groupLast})
+		if _, err := f.WriteAt(b, rec.end); err != nil {
+			f.Close()
+			return fmt.Errorf("wal: close segment %s: %w", s.name, err)
+		}
+	}
+	if err := f.SyncData(); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: settle segment %s: %w", s.name, err)
+	}
+	return f.Close()
 }
 
 // recoverSegments replays the unbroken run of segments that ends at the newest.
 // Older files, which a crash left behind after their removal, are kept for reuse or
-// removed. The newest segment gets its last group if it has none, so that the
-// segments this life writes follow it.
+// removed. The newest segment is left as found: settle closes and syncs it.
 func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 	names, err := fs.List(dir)
 	if err != nil {
@@ -208,12 +239,11 @@ func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 			return nil, err
 		}
 	}
-	if !closed {
-		if err := closeSegment(fs, rec.segs[len(rec.segs)-1], end, r.seq+1); err != nil {
-			closeAll()
-			return nil, err
+	if len(rec.segs) > 0 {
+		rec.newest, rec.end, rec.closed = rec.segs[len(rec.segs)-1], end, closed
+		if !closed {
+			r.seq++ // the closing group's
 		}
-		r.seq++
 	}
 	for id, st := range rec.shards {
 		if len(st.pages) > 0 && st.pages[0].first != st.floor {
@@ -226,24 +256,4 @@ func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 	}
 	rec.seq = r.seq + 1
 	return rec, nil
-}
-
-// closeSegment writes segment s's last group, empty, at end, over what a torn write
-// left there, and syncs it.
-func closeSegment(fs vfs.FS, s *segment, end int64, seq uint64) error {
-	f, err := fs.OpenReadWrite(s.name, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("wal: close segment %s: %w", s.name, err)
-	}
-	b := make([]byte, groupHeaderLen)
-	putGroupHeader(b, groupHeader{segment: s.num, seq: seq, flags: groupLast})
-	if _, err := f.WriteAt(b, end); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: close segment %s: %w", s.name, err)
-	}
-	if err := f.SyncData(); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: close segment %s: %w", s.name, err)
-	}
-	return f.Close()
 }

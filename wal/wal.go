@@ -122,6 +122,7 @@ type shardState struct {
 		pages   []pageRef // from the floor, in offset order
 		payload uint64    // record bytes in the shard's pages
 		epoch   uint64    // the owner epoch appends and truncations must carry
+		resets  uint64    // counts the resets that dropped every page
 		// tail is the flusher the shard's pages go to, shipping the ticket of the
 		// last page given to it. While gate is set, pages given to tail are not
 		// acknowledged until it opens (see Reship). shipErr, once set, refuses
@@ -240,6 +241,10 @@ func (l *Log) recover() error {
 	if err := l.checkMarks(marks); err != nil {
 		return err
 	}
+	// Only a log the watermark accepts is written to: a refused one stays as found.
+	if err := rec.settle(l.fs); err != nil {
+		return err
+	}
 	if err := l.w.start(); err != nil {
 		return err
 	}
@@ -251,8 +256,9 @@ func (l *Log) recover() error {
 	}
 	// A kill before the watermark caught up leaves it behind the log. Claim what was
 	// recovered now: nothing else would rewrite it before a change, and a clean Close
-	// with none would leave the replayed records uncovered. Everything replayed was
-	// read from the disk, and the segment that ended torn has its last group synced.
+	// with none would leave the replayed records uncovered. Everything replayed is
+	// durable: settle synced the newest segment, and every older one was synced
+	// before the next was made.
 	if !maps.Equal(marks, l.marks()) {
 		return l.writeMarksNow()
 	}
@@ -370,6 +376,7 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	st.mu.pages = append(st.mu.pages, ref)
 	st.mu.next = first + uint64(len(recs))
 	st.mu.payload += ref.payload
+	resets := st.mu.resets
 	st.mu.Unlock()
 
 	if err := ref.g.wait(); err != nil {
@@ -387,13 +394,14 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 			return 0, fmt.Errorf("wal: ship: %w: %w", ErrUnknownOutcome, err)
 		}
 	}
-	// Appends of a shard sync in offset order, but may return out of it.
-	for end := first + uint64(len(recs)); ; {
-		acked := st.acked.Load()
-		if acked >= end || st.acked.CompareAndSwap(acked, end) {
-			break
-		}
+	// Appends of a shard sync in offset order, but may return out of it. A reset
+	// since the page was added (an adoption of a superseded backlog, an import)
+	// dropped it: the shard's acknowledged end is the reset's then.
+	st.mu.Lock()
+	if end := first + uint64(len(recs)); st.mu.resets == resets && st.acked.Load() < end {
+		st.acked.Store(end)
 	}
+	st.mu.Unlock()
 	l.changes.Add(1)
 	return first, nil
 }
