@@ -25,14 +25,14 @@ func crashOpen(t *testing.T, fs *vfs.MemFS, pct int, seed uint64, opts Options) 
 	return l, c, err
 }
 
-// TestHuntAnImportBelowTheAcknowledgedEndSurvivesACrash: Import replaces a shard's
+// TestAnImportBelowTheAcknowledgedEndSurvivesACrash: Import replaces a shard's
 // pages with fewer than it had acknowledged (the shard's new history ends before
 // its old one). Its doc promises a crash leaves the old pages or the new ones.
 // But the l0-acked file still says the old end, and Import, unlike Adopt without
 // keep, does not lower it durably before the log drops below it: a power loss
 // after the Import (its group synced) and before the watermark's next rewrite
 // leaves a log the open refuses as corrupt.
-func TestHuntAnImportBelowTheAcknowledgedEndSurvivesACrash(t *testing.T) {
+func TestAnImportBelowTheAcknowledgedEndSurvivesACrash(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewCrashableMem()
 	opts := Options{FS: fs, AckedInterval: time.Hour}
@@ -65,11 +65,11 @@ func TestHuntAnImportBelowTheAcknowledgedEndSurvivesACrash(t *testing.T) {
 	}
 }
 
-// TestHuntAnImportBelowTheFloorIsRefusedAndChangesNothing: an import whose sealed
+// TestAnImportBelowTheFloorIsRefusedAndChangesNothing: an import whose sealed
 // watermark is below the shard's floor would take the floor back, which the l0-acked
 // file (and any reader) holds as lost truncations: like Adopt, Import refuses it as
 // corruption, and a crash after it reopens the log as it was.
-func TestHuntAnImportBelowTheFloorIsRefusedAndChangesNothing(t *testing.T) {
+func TestAnImportBelowTheFloorIsRefusedAndChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewCrashableMem()
 	opts := Options{FS: fs, AckedInterval: time.Hour}

@@ -104,12 +104,12 @@ func checkRecovered(t *testing.T, l *Log, pages map[string]map[uint64][][]byte, 
 	}
 }
 
-// TestHuntRandomCrashesKeepEveryAcknowledgedAppend runs appenders, truncations,
+// TestRandomCrashesKeepEveryAcknowledgedAppend runs appenders, truncations,
 // epoch changes and readers over small recycled segments, takes a power-loss copy
 // of the file system at a random moment (keeping a random share of what was not
 // synced), and opens it: the open must succeed and hold everything acknowledged
 // before the copy. It then crashes the reopened log too, right after its open.
-func TestHuntRandomCrashesKeepEveryAcknowledgedAppend(t *testing.T) {
+func TestRandomCrashesKeepEveryAcknowledgedAppend(t *testing.T) {
 	deadline := time.Now().Add(6 * time.Second)
 	for iter := 0; time.Now().Before(deadline); iter++ {
 		seed := uint64(iter)*7919 + 17

@@ -55,13 +55,13 @@ func heldAppendThenReset(t *testing.T, dir string, opts Options) (*Log, func()) 
 	return l, func() { f.Close(ctx) }
 }
 
-// TestHuntAResetRacingAHeldAppendKeepsAckedWithinTheShard: an append that synced
+// TestAResetRacingAHeldAppendKeepsAckedWithinTheShard: an append that synced
 // before a reset (Adopt without keep) and is acknowledged after it raises the
 // shard's acked watermark (st.acked) past the shard's end: the reset stored
 // acked = next, and the append's CAS loop only ever raises it.
 //
 // Expected: acked never exceeds the shard's next offset.
-func TestHuntAResetRacingAHeldAppendKeepsAckedWithinTheShard(t *testing.T) {
+func TestAResetRacingAHeldAppendKeepsAckedWithinTheShard(t *testing.T) {
 	l, stop := heldAppendThenReset(t, t.TempDir(), Options{})
 	defer stop()
 	defer l.Close()
@@ -71,10 +71,10 @@ func TestHuntAResetRacingAHeldAppendKeepsAckedWithinTheShard(t *testing.T) {
 	}
 }
 
-// TestHuntAResetRacingAHeldAppendReopensCleanly: the consequence of the above. A
+// TestAResetRacingAHeldAppendReopensCleanly: the consequence of the above. A
 // clean Close writes the l0-acked watermark with acked 7 for a shard whose log
 // holds nothing past 3; the next Open reports corruption for a log nothing damaged.
-func TestHuntAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
+func TestAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
 	dir := t.TempDir()
 	l, stop := heldAppendThenReset(t, dir, Options{})
 	defer stop()
@@ -88,12 +88,12 @@ func TestHuntAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
 	l2.Close()
 }
 
-// TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage: with acked left past
+// TestAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage: with acked left past
 // the shard's end, the next owner's append whose group is not yet synced falls
 // below acked, and Pages takes it: a page with no segment yet (its group is not
 // placed), so the read dereferences a nil segment (pin: s.pins++ on a nil
 // *segment), or yields a page before it is durable.
-func TestHuntAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
+func TestAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
 	var gate syncGate
 	dir := t.TempDir()
 	l, stop := heldAppendThenReset(t, dir, Options{FS: syncFS{FS: vfs.Default, onSync: gate.wait}})

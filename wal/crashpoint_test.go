@@ -269,13 +269,13 @@ func pointWorkload(t *testing.T, fs vfs.FS, seed uint64, done *atomic.Int64) []l
 	return states
 }
 
-// TestHuntEveryCrashPointOpensToAnAcknowledgedState crashes a fixed sequence of
+// TestEveryCrashPointOpensToAnAcknowledgedState crashes a fixed sequence of
 // appends, truncations, epochs, adoptions and imports before each of its file
 // system calls in turn (keeping none, all, or half of what was not synced), and
 // then crashes the open of that too before each of its calls. Every open must
 // succeed and find the state after the last acknowledged call or after the one in
 // flight: nothing acknowledged lost, nothing half applied.
-func TestHuntEveryCrashPointOpensToAnAcknowledgedState(t *testing.T) {
+func TestEveryCrashPointOpensToAnAcknowledgedState(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()

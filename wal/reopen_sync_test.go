@@ -13,7 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
-// TestHuntAReopenSyncsTheLastGroupItReplays: a segment's last group is written,
+// TestAReopenSyncsTheLastGroupItReplays: a segment's last group is written,
 // and its fdatasync fails (or the process is killed inside it): the group's bytes
 // are in the page cache, not on the disk. The next open (a new process, the same
 // page cache) reads the group as valid and, since it is flagged last, does not
@@ -26,7 +26,7 @@ import (
 //
 // Expected: the open after the power loss succeeds and reads every append the
 // second life acknowledged.
-func TestHuntAReopenSyncsTheLastGroupItReplays(t *testing.T) {
+func TestAReopenSyncsTheLastGroupItReplays(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()
 	const segSize = 2 << 10
@@ -100,11 +100,11 @@ func (nopCloser) Close() error { return nil }
 
 func (killFS) Lock(string) (io.Closer, error) { return nopCloser{}, nil }
 
-// TestHuntAReopenAfterAKillInsideTheLastSyncSyncsWhatItReplays is the same with a
+// TestAReopenAfterAKillInsideTheLastSyncSyncsWhatItReplays is the same with a
 // kill -9 instead of a failed sync: the flusher is inside the fdatasync of segment
 // 1's last group when the process dies (the sync never happens), and a new process
 // opens the log while the group's bytes are only in the page cache.
-func TestHuntAReopenAfterAKillInsideTheLastSyncSyncsWhatItReplays(t *testing.T) {
+func TestAReopenAfterAKillInsideTheLastSyncSyncsWhatItReplays(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()
 	const segSize = 2 << 10

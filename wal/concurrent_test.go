@@ -15,12 +15,12 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-// TestHuntEverythingAtOnceThenClose runs appends, truncations, reads, tail moves
+// TestEverythingAtOnceThenClose runs appends, truncations, reads, tail moves
 // (Reship, held and resumed), epoch changes with adoptions, and finally Close, all
 // at once over small recycled segments: nothing may deadlock, race (run with
 // -race), read a closed file, or fail other than ErrClosed/ErrStaleEpoch/
 // ErrTruncated; and the log reopens to what it held.
-func TestHuntEverythingAtOnceThenClose(t *testing.T) {
+func TestEverythingAtOnceThenClose(t *testing.T) {
 	for round := range 4 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) { huntEverything(t, uint64(round)) })
 	}
@@ -134,16 +134,16 @@ func huntEverything(t *testing.T, seed uint64) {
 		if err != nil {
 			t.Errorf("close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return in 5 s: deadlock")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return in 30 s (a liveness bound): deadlock")
 	}
 	closed.Store(true)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the calls did not end in 5 s after Close: deadlock")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the calls did not end in 30 s after Close (a liveness bound): deadlock")
 	}
 	l = open(t, dir, opts)
 	defer l.Close()
