@@ -123,6 +123,9 @@ func (r *replay) segment(s *segment, data []byte, newest bool) (end int64, close
 			}
 			return int64(pos), false, nil
 		}
+		if pos == 0 && len(entries) > 0 && entries[0].kind == entryCheckpoint {
+			s.checkpointed = true // the segments before it may go
+		}
 		g := &group{seq: h.seq, seg: s, base: int64(pos + groupHeaderLen), done: closedDone}
 		for _, e := range entries {
 			if err := r.apply(e, g); err != nil {

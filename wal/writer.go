@@ -58,6 +58,10 @@ type segment struct {
 	// current segment) the bytes placed in it.
 	live, pins int
 	size       int64
+	// checkpointed is set once the segment's first group, which holds the
+	// checkpoint of every shard's epoch and floor, is synced: only then may the
+	// segments before it go, with the entries they hold.
+	checkpointed bool
 }
 
 // pageRef is where a page of a shard is: its group and its place in the group's body.
@@ -314,6 +318,12 @@ func (w *writer) flushOne() bool {
 		return false
 	}
 	w.spare = buf[:groupHeaderLen]
+	if ckpt != nil {
+		w.mu.Lock()
+		cur.checkpointed = true
+		w.dropObsoleteLocked()
+		w.mu.Unlock()
+	}
 	g.finish(nil)
 	if last {
 		// The last group is synced before the next segment exists: a segment other
@@ -401,10 +411,12 @@ func (w *writer) drop(refs []pageRef) {
 }
 
 // dropObsoleteLocked hands the flusher the oldest segments while none of their pages
-// is live and no reader holds them. The current segment stays.
+// is live, no reader holds them, and the segment after them has its checkpoint
+// synced: their floor, reset and epoch entries are in it. The current segment stays.
 func (w *writer) dropObsoleteLocked() {
 	n := 0
-	for n < len(w.mu.segs)-1 && w.mu.segs[n].live == 0 && w.mu.segs[n].pins == 0 {
+	segs := w.mu.segs
+	for n < len(segs)-1 && segs[n].live == 0 && segs[n].pins == 0 && segs[n+1].checkpointed {
 		n++
 	}
 	if n == 0 {
