@@ -130,7 +130,7 @@ func appendPageEntry(dst []byte, shard string, first uint64, at int64, recs [][]
 // appendShardEntry appends a floor, reset or epoch entry.
 func appendShardEntry(dst []byte, kind byte, shard string, v uint64) []byte {
 	start := len(dst)
-	n := binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(len(shard))) + len(shard) + 8 + crcLen
+	n := uvarintLen(uint64(len(shard))) + len(shard) + 8 + crcLen
 	dst = append(dst, kind)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
 	dst = binary.AppendUvarint(dst, uint64(len(shard)))
@@ -204,8 +204,7 @@ func decodeEntry(kind byte, b []byte) (entry, error) {
 		if !ok {
 			return entry{}, fmt.Errorf("a page with no page key")
 		}
-		key := body[:2+len(shard)+8]
-		v := body[len(key):]
+		v := body[pageKeyLen(shard):]
 		h, err := decodeHeader(shard, first, v)
 		if err != nil {
 			return entry{}, err

@@ -79,15 +79,13 @@ type Page struct {
 // NextOffset is the offset after the page's last record.
 func (p Page) NextOffset() uint64 { return p.FirstOffset + uint64(len(p.Records)) }
 
-func shardPrefix(prefix byte, shard string) []byte {
-	k := make([]byte, 0, 2+len(shard)+8)
-	k = append(k, prefix)
-	k = append(k, shard...)
-	return append(k, separator)
-}
+// pageKeyLen is the length of the shard's page keys.
+func pageKeyLen(shard string) int { return 1 + len(shard) + 1 + 8 }
 
 func pageKey(shard string, first uint64) []byte {
-	return binary.BigEndian.AppendUint64(shardPrefix(pagePrefix, shard), first)
+	k := make([]byte, 0, pageKeyLen(shard))
+	k = append(append(append(k, pagePrefix), shard...), separator)
+	return binary.BigEndian.AppendUint64(k, first)
 }
 
 // parsePageKey splits a page key into shard and first offset.

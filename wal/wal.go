@@ -543,8 +543,7 @@ func (l *Log) readPage(shard string, r pageRef, buf *[]byte) (Page, error) {
 	if n, err := r.g.seg.r.ReadAt(b, r.g.base+int64(r.rel)); n < len(b) {
 		return Page{}, fmt.Errorf("wal: read shard %q at offset %d: %w", shard, r.first, errors.Join(err, io.ErrUnexpectedEOF))
 	}
-	klen := len(pageKey(shard, 0))
-	p, err := decodePage(shard, r.first, b[klen:])
+	p, err := decodePage(shard, r.first, b[pageKeyLen(shard):])
 	if err != nil {
 		return Page{}, err
 	}
