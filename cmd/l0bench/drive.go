@@ -237,6 +237,11 @@ type openLoop struct {
 	achieved float64         // MB/s: the appends due in the window over the time until the last of them was acknowledged
 	lat      []time.Duration // from each append's due time to its ack
 	late     []time.Duration // how late the generator's timers woke
+	// schedP99 is the p99 of how long the process's goroutines waited for a core
+	// over the run (the runtime's histogram, to its bucket's bound); ok is false
+	// with too few waits.
+	schedP99   time.Duration
+	schedP99OK bool
 }
 
 // runOpen offers load to s open-loop at rate MB/s in all: appender a's appends are
@@ -246,6 +251,7 @@ type openLoop struct {
 // the appends due in the next window (waiting for the last of them).
 func runOpen(ctx context.Context, s *sink, p appendParams, rate float64, settle, win time.Duration) (openLoop, error) {
 	interval := time.Duration(float64(time.Second) * float64(p.batchBytes()) * float64(p.appenders) / (rate * 1e6))
+	sched := readSchedLatencies()
 	begin := time.Now().Add(5 * time.Millisecond)
 	from, to := begin.Add(settle), begin.Add(settle+win)
 	lats := make([][]time.Duration, p.appenders)
@@ -286,6 +292,7 @@ func runOpen(ctx context.Context, s *sink, p appendParams, rate float64, settle,
 	if err := ctx.Err(); err != nil {
 		return openLoop{}, err
 	}
+	schedP99, schedOK := readSchedLatencies().quantileSince(sched, 0.99)
 	all := slices.Concat(lats...)
 	if len(all) == 0 {
 		return openLoop{}, fmt.Errorf("no append due in the window at %.1f MB/s", rate)
@@ -295,5 +302,6 @@ func runOpen(ctx context.Context, s *sink, p appendParams, rate float64, settle,
 		achieved: mbps(int64(len(all))*int64(p.batchBytes()), max(win, time.Unix(0, lastAck.Load()).Sub(from))),
 		lat:      all,
 		late:     slices.Concat(lates...),
+		schedP99: schedP99, schedP99OK: schedOK,
 	}, nil
 }

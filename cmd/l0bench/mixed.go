@@ -20,6 +20,8 @@ import (
 // mixedRun is what one phase of the mixed scenario measured.
 type mixedRun struct {
 	appendLat []time.Duration
+	timerLate []time.Duration // how late the generator's timers woke
+	schedP99  []float64       // ms; empty with too few waits
 	readBytes int64
 	lags      []time.Duration
 	elapsed   time.Duration
@@ -55,6 +57,20 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 		return roundQuantiles(lats, p)
 	}
 	p50, p99 := pairRatios(q(mixed, .5), q(alone, .5)), pairRatios(q(mixed, .99), q(alone, .99))
+	late := func(runs []mixedRun) spread {
+		lates := make([][]time.Duration, len(runs))
+		for i, m := range runs {
+			lates[i] = m.timerLate
+		}
+		return presentSpread(roundQuantiles(lates, .99))
+	}
+	sched := func(runs []mixedRun) spread {
+		var vs []float64
+		for _, m := range runs {
+			vs = append(vs, m.schedP99...)
+		}
+		return presentSpread(vs)
+	}
 	reads := spreadOf(each(mixed, func(m mixedRun) float64 { return mbps(m.readBytes, m.elapsed) }))
 	var lags []time.Duration
 	for _, m := range mixed {
@@ -68,6 +84,8 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 	fmt.Fprintln(tw, "figure\tmixed\talone\tmixed / alone\t")
 	fmt.Fprintf(tw, "append p50 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .5)), presentSpread(q(alone, .5)), p50)
 	fmt.Fprintf(tw, "append p99 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .99)), presentSpread(q(alone, .99)), p99)
+	fmt.Fprintf(tw, "generator timer late p99 ms\t%s\t%s\t-\t\n", late(mixed), late(alone))
+	fmt.Fprintf(tw, "goroutine wait for a core p99 ms (runtime, whole run)\t%s\t%s\t-\t\n", sched(mixed), sched(alone))
 	fmt.Fprintf(tw, "tail read MB/s\t%s\t-\t-\t\n", reads)
 	fmt.Fprintf(tw, "part committed → on every replica, ms (%d parts, pooled): p50 / p99 / max\t%s / %s / %s\t-\t-\t\n", lag.Samples, cell(lag.P50Ms), cell(lag.P99Ms), num(lag.MaxMs))
 	if err := tw.Flush(); err != nil {
@@ -81,10 +99,12 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 		Scenario: "mixed",
 		Params:   map[string]any{"shards": 8, "rate_mb_per_s": 8, "seconds": duration.Seconds(), "rounds": rounds, "seal_bytes": 1 << 20, "substrate": g.kind},
 		Figures: map[string]any{"append_p50_ms": presentSpread(q(mixed, .5)), "append_p99_ms": presentSpread(q(mixed, .99)),
+			"timer_late_p99_ms": late(mixed), "sched_latency_p99_ms": sched(mixed),
 			"tail_read_mb_per_s": reads, "part_committed_to_on_every_replica": lag},
-		Baselines: map[string]map[string]spread{"appends_alone": {"append_p50_ms": presentSpread(q(alone, .5)), "append_p99_ms": presentSpread(q(alone, .99))}},
-		Ratios:    map[string]paired{"append_p50_mixed_vs_alone": p50, "append_p99_mixed_vs_alone": p99},
-		Targets:   targets,
+		Baselines: map[string]map[string]spread{"appends_alone": {"append_p50_ms": presentSpread(q(alone, .5)), "append_p99_ms": presentSpread(q(alone, .99)),
+			"timer_late_p99_ms": late(alone), "sched_latency_p99_ms": sched(alone)}},
+		Ratios:  map[string]paired{"append_p50_mixed_vs_alone": p50, "append_p99_mixed_vs_alone": p99},
+		Targets: targets,
 	})
 }
 
@@ -170,7 +190,10 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 	if errp := readErr.Load(); errp != nil {
 		return mixedRun{}, *errp
 	}
-	run.appendLat = lv.lat
+	run.appendLat, run.timerLate = lv.lat, lv.late
+	if lv.schedP99OK {
+		run.schedP99 = []float64{ms(lv.schedP99)}
+	}
 	if err := e.FlushAndWaitUploads(ctx); err != nil {
 		return mixedRun{}, err
 	}
