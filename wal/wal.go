@@ -487,20 +487,70 @@ func (l *Log) pages(shard string, from uint64, clone bool) iter.Seq2[Page, error
 		}
 		defer l.w.unpin(pinned)
 		var buf []byte
-		for _, r := range refs {
+		for len(refs) > 0 {
+			n := runOf(refs)
 			if clone {
-				buf = nil
+				buf = nil // the pages keep the buffer
 			}
-			p, err := l.readPage(shard, r, &buf)
-			if err != nil {
-				yield(Page{}, err)
-				return
+			run, err := l.readRun(shard, refs[:n], &buf)
+			for _, r := range refs[:n] {
+				var p Page
+				if err == nil {
+					p, err = l.decodeRef(shard, r, run[r.g.base+int64(r.rel)-refs[0].g.base-int64(refs[0].rel):][:r.n])
+				}
+				if err != nil {
+					yield(Page{}, err)
+					return
+				}
+				if !yield(p, nil) {
+					return
+				}
 			}
-			if !yield(p, nil) {
-				return
-			}
+			refs = refs[n:]
 		}
 	}
+}
+
+// Reads of pages take runs of them in one read: those that follow each other in
+// one segment with at most maxRunGap bytes between them (a group's header, a
+// floor entry, a page of another shard), up to maxRunBytes in all. A shard
+// appended to by one writer at a time has a page in every group, and a seal of
+// it then reads a megabyte per call instead of a page.
+const (
+	maxRunGap   = 4 << 10
+	maxRunBytes = 1 << 20
+)
+
+// runOf returns how many of refs, from the first, one read takes.
+func runOf(refs []pageRef) int {
+	start := refs[0].g.base + int64(refs[0].rel)
+	end := start + int64(refs[0].n)
+	n := 1
+	for ; n < len(refs); n++ {
+		r := refs[n]
+		at := r.g.base + int64(r.rel)
+		if r.g.seg != refs[0].g.seg || at < end || at-end > maxRunGap || at+int64(r.n)-start > maxRunBytes {
+			break
+		}
+		end = at + int64(r.n)
+	}
+	return n
+}
+
+// readRun reads the bytes from the first of refs, one run, to the end of the last
+// into *buf, which it reuses if large enough.
+func (l *Log) readRun(shard string, refs []pageRef, buf *[]byte) ([]byte, error) {
+	first, last := refs[0], refs[len(refs)-1]
+	start := first.g.base + int64(first.rel)
+	size := int(last.g.base + int64(last.rel) + int64(last.n) - start)
+	if cap(*buf) < size {
+		*buf = make([]byte, size)
+	}
+	b := (*buf)[:size]
+	if n, err := first.g.seg.r.ReadAt(b, start); n < len(b) {
+		return nil, fmt.Errorf("wal: read shard %q at offset %d: %w", shard, first.first, errors.Join(err, io.ErrUnexpectedEOF))
+	}
+	return b, nil
 }
 
 // view checks from against the shard's floor and returns the pages from the one
@@ -536,13 +586,15 @@ func (l *Log) view(shard string, from uint64) (refs []pageRef, pinned []*segment
 // readPage reads and checks the page r of shard into *buf, which it reuses if large
 // enough.
 func (l *Log) readPage(shard string, r pageRef, buf *[]byte) (Page, error) {
-	if cap(*buf) < int(r.n) {
-		*buf = make([]byte, r.n)
+	b, err := l.readRun(shard, []pageRef{r}, buf)
+	if err != nil {
+		return Page{}, err
 	}
-	b := (*buf)[:r.n]
-	if n, err := r.g.seg.r.ReadAt(b, r.g.base+int64(r.rel)); n < len(b) {
-		return Page{}, fmt.Errorf("wal: read shard %q at offset %d: %w", shard, r.first, errors.Join(err, io.ErrUnexpectedEOF))
-	}
+	return l.decodeRef(shard, r, b)
+}
+
+// decodeRef decodes and checks b, the bytes of the page r of shard.
+func (l *Log) decodeRef(shard string, r pageRef, b []byte) (Page, error) {
 	p, err := decodePage(shard, r.first, b[pageKeyLen(shard):])
 	if err != nil {
 		return Page{}, err
