@@ -105,7 +105,13 @@ func Key(instance string, incarnation, seq uint64) string {
 // Encode lays out one object. Every section holds at least one record, no record is
 // empty, shards appear once, and ids are at most MaxID bytes; anything else is
 // ErrInvalid.
-func Encode(h Header, sections []Section) ([]byte, error) {
+func Encode(h Header, sections []Section) ([]byte, error) { return AppendEncoded(nil, h, sections) }
+
+// AppendEncoded is Encode into dst's storage, which it uses if large enough: a
+// writer that puts one object after another lays each out in the same memory,
+// where a new one of megabytes would be zeroed and faulted in first (a third of
+// the cost of encoding, in a profile of appends in Local mode).
+func AppendEncoded(dst []byte, h Header, sections []Section) ([]byte, error) {
 	if len(h.Instance) == 0 || len(h.Instance) > MaxID || len(h.Writer) > MaxID {
 		return nil, fmt.Errorf("%w: instance %q, writer %q", ErrInvalid, h.Instance, h.Writer)
 	}
@@ -118,7 +124,10 @@ func Encode(h Header, sections []Section) ([]byte, error) {
 			size += binary.MaxVarintLen64 + len(r)
 		}
 	}
-	buf := make([]byte, 0, size)
+	buf := dst[:0]
+	if cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
 	buf = append(append(buf, magic[:7]...), Version)
 	buf = binary.BigEndian.AppendUint64(buf, h.Sequence)
 	buf = binary.BigEndian.AppendUint64(buf, h.Incarnation)

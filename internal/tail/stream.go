@@ -26,8 +26,14 @@ type Stream struct {
 	// pending is the object whose put failed with an unknown outcome, to be put
 	// again, byte for byte, before anything else.
 	pending []byte
-	fenced  error
+	// spare is the memory of the last object put, to lay out the next in: no
+	// bucket keeps a body once its put has returned. Never the pending object's.
+	spare  []byte
+	fenced error
 }
+
+// maxSpare is the largest object whose memory a stream keeps for the next.
+const maxSpare = 16 << 20
 
 // NewStream returns the stream of instance's incarnation on b that continues at
 // sequence next; writer is unique to this process.
@@ -54,10 +60,13 @@ func (s *Stream) Put(ctx context.Context, sections []Section) (uint64, error) {
 	if s.fenced != nil {
 		return 0, s.fenced
 	}
-	data, err := Encode(Header{Instance: s.instance, Incarnation: s.incarnation, Sequence: s.next, Writer: s.writer}, sections)
+	data, err := AppendEncoded(s.spare, Header{Instance: s.instance, Incarnation: s.incarnation, Sequence: s.next, Writer: s.writer}, sections)
 	if err != nil {
 		return 0, err
 	}
+	// Until this put succeeds, data may become the pending object, which the next
+	// Put compares its own with: it must not lay that out in the same memory.
+	s.spare = nil
 	if s.pending != nil && !bytes.Equal(data, s.pending) {
 		return 0, fmt.Errorf("%w: the put of sequence %d is not settled; put the same sections again", ErrInvalid, s.next)
 	}
@@ -83,6 +92,9 @@ func (s *Stream) Put(ctx context.Context, sections []Section) (uint64, error) {
 		}
 	}
 	s.pending = nil
+	if cap(data) <= maxSpare {
+		s.spare = data
+	}
 	seq := s.next
 	s.next++
 	return seq, nil

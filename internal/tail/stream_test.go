@@ -138,6 +138,41 @@ func TestAPutWhoseReplyWasLostIsSettledByPuttingItAgain(t *testing.T) {
 	})
 }
 
+// TestAPutInDoubtAfterOneThatLandedKeepsItsOwnBytes: a stream lays each object out
+// in the memory of the last one put; the object of a put in doubt is kept to be
+// compared with the next, and the next must not be laid out over it, or any
+// sections would compare equal to it and the settle would pass with other bytes.
+func TestAPutInDoubtAfterOneThatLandedKeepsItsOwnBytes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newBucket func(func(substrate.Driver) substrate.Driver) *substrate.Bucket) {
+		b := newBucket(faulty(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Nth: 2, Err: fault.ErrInjected, Ambiguous: true}))
+		s := NewStream(b, "i-1", 0, 0, "w")
+		if seq, err := s.Put(t.Context(), []Section{{Shard: "a", First: 0, Records: records(4, "w")}}); err != nil || seq != 0 {
+			t.Fatalf("first put: %d %v", seq, err)
+		}
+		f := []Section{{Shard: "a", First: 4, Records: records(2, "x")}}
+		if _, err := s.Put(t.Context(), f); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("second put: %v", err)
+		}
+		if _, err := s.Put(t.Context(), []Section{{Shard: "a", First: 4, Records: records(2, "y")}}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("other sections before the settle: %v", err)
+		}
+		if seq, err := s.Put(t.Context(), f); err != nil || seq != 1 {
+			t.Fatalf("the same put again: %d %v", seq, err)
+		}
+		got, _, err := b.Get(t.Context(), Key("i-1", 0, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Encode(Header{Instance: "i-1", Sequence: 1, Writer: "w"}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("the object in doubt is not the bytes of its sections")
+		}
+	})
+}
+
 // TestAFencedStreamAcceptsNothingMore: the fence goes at the first free sequence,
 // the writer's next put fails, a second fence meets the first, and the stream reads
 // up to it.
