@@ -76,6 +76,9 @@ type appendFigures struct {
 	AckP99Ms        spread `json:"ack_p99_ms"`
 	AckSamples      int    `json:"ack_samples_per_round_min"`
 	AppendsPerFsync spread `json:"appends_per_fsync"`
+	// DiskPerAppended is the bytes the data's device wrote in the window over those
+	// acknowledged: about 1 for a writer that writes each byte once.
+	DiskPerAppended spread `json:"disk_written_per_appended"`
 	WindowS         spread `json:"window_s"`
 	WarmupS         spread `json:"warmup_s"`
 	WarmupCapped    int    `json:"warmup_capped_rounds,omitempty"` // warm-ups that hit their limit
@@ -103,6 +106,7 @@ func summarizeAppends(ws []window, l0 bool) appendFigures {
 		AckP99Ms:        presentSpread(roundQuantiles(lats(ws), 0.99)),
 		AckSamples:      int(slices.Min(each(ws, func(w window) float64 { return float64(len(w.lat)) }))),
 		AppendsPerFsync: spreadOf(each(ws, window.appendsPerSync)),
+		DiskPerAppended: spreadOf(each(ws, window.diskPerAppended)),
 		WindowS:         spreadOf(each(ws, func(w window) float64 { return w.elapsed.Seconds() })),
 		WarmupS:         spreadOf(each(ws, func(w window) float64 { return w.warmup.Seconds() })),
 	}
@@ -146,6 +150,23 @@ func appendNotes(kinds []sinkKind, figs []appendFigures, t timing) []string {
 		case share > 1+sustainedShare:
 			notes = append(notes, fmt.Sprintf("%s: the backlog was still draining (sealed/appended %.2f): the window is not in steady state", k.label(), share))
 		}
+	}
+	return notes
+}
+
+// diskBoundNotes say, for each l0 contender that writes what it acknowledges more
+// than once to the device the best raw writer writes it once to, the bound that
+// puts on it: at the best raw writer's device rate, its MB/s can be at most that
+// rate over the bytes it writes per byte appended.
+func diskBoundNotes(kinds []sinkKind, figs []appendFigures, best appendFigures, vsBest []paired) []string {
+	var notes []string
+	for i, k := range kinds {
+		per, bestPer := figs[i].DiskPerAppended.Median, best.DiskPerAppended.Median
+		if k.shards == 0 || per <= 0 || bestPer <= 0 || vsBest[i].Rounds == 0 {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s: the device wrote %.2f bytes per byte appended (the best raw writer %.2f), which bounds it at %.2fx the best raw writer by the disk's bandwidth alone; it reached %.2fx",
+			k.label(), per, bestPer, bestPer/per, vsBest[i].Median))
 	}
 	return notes
 }
@@ -210,15 +231,15 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s, and for l0 and pebble until %.0f MB acknowledged (l0: and sealing), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios\n",
 		p.recordSize, p.batch, p.appenders, cfg.longRounds, cfg.timing.warmup, float64(cfg.timing.warmupBytes)/1e6, cfg.timing.window)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog MB at end (growth)\t")
+	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tdisk written / appended\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog MB at end (growth)\t")
 	for i, k := range kinds {
 		f, shards, sealed, backlog := figs[i], "-", "-", "-"
 		if k.shards > 0 {
 			shards = strconv.Itoa(k.shards)
 			sealed, backlog = f.SealedOverAppended.String(), fmt.Sprintf("%s (%+.0f)", f.BacklogEndMB.median(), f.BacklogGrowthMB.Median)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.name, shards, f.MBps, f.AckP50Ms.median(), f.AckP99Ms.median(),
-			f.AppendsPerFsync.median(), vsBest[i], vs(i, pebbleOneKey), sealed, backlog)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.name, shards, f.MBps, f.AckP50Ms.median(), f.AckP99Ms.median(),
+			f.AppendsPerFsync.median(), f.DiskPerAppended.median(), vsBest[i], vs(i, pebbleOneKey), sealed, backlog)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -235,6 +256,11 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	}
 	for _, n := range appendNotes(kinds, figs, cfg.timing) {
 		fmt.Fprintln(out, "note:", n)
+	}
+	if b := at(bestRaw); b >= 0 {
+		for _, n := range diskBoundNotes(kinds, figs, figs[b], vsBest) {
+			fmt.Fprintln(out, "note:", n)
+		}
 	}
 	if invalid != "" {
 		fmt.Fprintf(out, "INVALID RUN: %s\n", invalid)

@@ -97,6 +97,19 @@ type window struct {
 	backlogStart, backlogEnd uint64
 	seals                    uint64 // in the window
 	sealedBefore             uint64 // seals before the window: the warm-up's
+	// diskBytes is what the data's device wrote in the window (-1 where the
+	// system does not say): over bytes, how many times the contender writes what
+	// it acknowledges, its journal's and metadata's writes included.
+	diskBytes int64
+}
+
+// diskPerAppended is the bytes the device wrote in the window over the bytes
+// acknowledged in it; 0 where unknown.
+func (w window) diskPerAppended() float64 {
+	if w.diskBytes < 0 {
+		return 0
+	}
+	return ratio(float64(w.diskBytes), float64(w.bytes))
 }
 
 func (w window) mbps() float64 { return mbps(w.bytes, w.elapsed) }
@@ -192,7 +205,10 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 	}
 	var before window
 	snap := func(end bool) {
-		v := window{}
+		v := window{diskBytes: -1}
+		if n, ok := diskWritten(); ok {
+			v.diskBytes = n
+		}
 		if s.syncs != nil {
 			v.fsyncs = s.syncs()
 		}
@@ -208,6 +224,10 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 		winEnd.Store(time.Now().UnixNano())
 		w.fsyncs, w.sealed, w.appended = v.fsyncs-before.fsyncs, v.sealed-before.sealed, v.appended-before.appended
 		w.backlogStart, w.backlogEnd, w.seals, w.sealedBefore = before.backlogStart, v.backlogStart, v.seals-before.seals, before.seals
+		w.diskBytes = -1
+		if v.diskBytes >= 0 && before.diskBytes >= 0 {
+			w.diskBytes = v.diskBytes - before.diskBytes
+		}
 	}
 	start, end, warm, capped := measureWindow(ctx, s, t, &acked, snap, failed)
 	close(stop)

@@ -240,6 +240,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer results.Close()
+	watchDisk(root)
 	if !inScenarioProcess() {
 		fmt.Fprintf(out, "l0bench %s · %s · %d cores · data in %s\n\n", commitID(), runtime.Version(), runtime.NumCPU(), root)
 	}
