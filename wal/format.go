@@ -200,7 +200,9 @@ func decodePage(shard string, first uint64, v []byte) (Page, error) {
 		if l <= 0 || n > MaxRecordLen || n > uint64(len(rest)-l) {
 			return Page{}, corrupt(fmt.Sprintf("record %d: bad length", len(recs)))
 		}
-		recs = append(recs, rest[l:l+int(n)])
+		// Capped: a caller that appends to a record it keeps must get new memory,
+		// not write over the records after it.
+		recs = append(recs, rest[l:l+int(n):l+int(n)])
 		rest = rest[l+int(n):]
 		payload += n
 	}

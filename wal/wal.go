@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -489,14 +490,23 @@ func (l *Log) pages(shard string, from uint64, clone bool) iter.Seq2[Page, error
 		var buf []byte
 		for len(refs) > 0 {
 			n := runOf(refs)
-			if clone {
-				buf = nil // the pages keep the buffer
-			}
 			run, err := l.readRun(shard, refs[:n], &buf)
+			if err != nil && n > 1 {
+				// The bytes between the pages (another shard's, say) may be what
+				// cannot be read: read the first page alone, and go on from there.
+				n = 1
+				run, err = l.readRun(shard, refs[:1], &buf)
+			}
 			for _, r := range refs[:n] {
 				var p Page
 				if err == nil {
-					p, err = l.decodeRef(shard, r, run[r.g.base+int64(r.rel)-refs[0].g.base-int64(refs[0].rel):][:r.n])
+					b := run[r.g.base+int64(r.rel)-refs[0].g.base-int64(refs[0].rel):][:r.n]
+					if clone {
+						// Each page its own memory, of its own size: a record kept
+						// holds its page, not the run, and nothing the log reuses.
+						b = bytes.Clone(b)
+					}
+					p, err = l.decodeRef(shard, r, b)
 				}
 				if err != nil {
 					yield(Page{}, err)
