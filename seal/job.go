@@ -30,6 +30,11 @@ type Job struct {
 	// Bucket is the first replica, named Replica: parts are written there at seal.
 	Bucket  *substrate.Bucket
 	Replica string
+	// Direct writes each part straight into Bucket, with no local file, for a
+	// bucket that streams (substrate.Bucket.Streams) when no other replica needs
+	// a copy of it: its bytes are written once, and on a local directory their
+	// writeback overlaps the compression. Committed.File is then "".
+	Direct bool
 	// Dir holds the part file while it is written and put.
 	Dir string
 	// FS is Dir's file system.
@@ -46,8 +51,8 @@ type Job struct {
 	Doubts *Doubts
 }
 
-// Committed is a part a seal committed, and its local file. The file is the
-// caller's from then on: the source of the part's copies to the other replicas,
+// Committed is a part a seal committed, and its local file ("" for a part
+// written straight into the bucket, Direct). The file is the caller's from then on: the source of the part's copies to the other replicas,
 // which it removes once they end (at once if no replica lacks the part). The seal
 // returns it rather than queue the copies itself, so that what it committed flows
 // back to the shard that asked, which queues the copies with its owner as their
@@ -104,7 +109,7 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 			return res, err
 		}
 	}
-	path, info, cut, err := j.writePart(ctx, m.Sealed, budget)
+	key, path, info, cut, err := j.write(ctx, m.Sealed, budget)
 	keep := false
 	if path != "" {
 		defer func() {
@@ -114,10 +119,6 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 		}()
 	}
 	if err != nil || info.Count == 0 {
-		return res, err
-	}
-	key := manifest.PartKey(j.Shard, info.First, info.Next(), j.Epoch, nonce())
-	if err := j.put(ctx, key, path, info.Size); err != nil {
 		return res, err
 	}
 	p := manifest.Part{
@@ -172,7 +173,9 @@ func (j Job) settle(ctx context.Context) ([]Committed, error) {
 	for _, d := range j.Doubts.Take() {
 		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.Part.Key })
 		if i < 0 {
-			j.FS.Remove(d.File) // never committed: an orphan object
+			if d.File != "" {
+				j.FS.Remove(d.File) // never committed: an orphan object
+			}
 			continue
 		}
 		p := m.Parts[i]
@@ -191,43 +194,83 @@ func (j Job) truncate(next uint64) error {
 	return nil
 }
 
-// writePart encodes the pages from offset from into a new file in Dir, stopping at
-// the first page boundary past budget, and reports whether pages were left.
-func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, info part.Info, cut bool, err error) {
-	if j.Log.Info(j.Shard).Next <= from {
-		return "", part.Info{}, false, nil // nothing to seal: no file to create
+// write writes the part of the shard's pages from offset from, stopping at the
+// first page boundary past budget, to the bucket under a key no other attempt
+// uses, and returns the key, the part's local file ("" if Direct, or if there is
+// nothing to seal), and whether pages were left.
+func (j Job) write(ctx context.Context, from, budget uint64) (key, path string, info part.Info, cut bool, err error) {
+	next, cut, err := j.Log.Extent(j.Shard, from, budget)
+	if err != nil {
+		return "", "", part.Info{}, false, fmt.Errorf("seal %s: read the WAL from %d: %w", j.Shard, from, err)
 	}
+	if next == from {
+		return "", "", part.Info{}, false, nil // nothing to seal: no file to create
+	}
+	key = manifest.PartKey(j.Shard, from, next, j.Epoch, nonce())
+	if j.Direct {
+		info, err = j.writeDirect(ctx, key, from, next)
+		return key, "", info, cut, err
+	}
+	path, info, err = j.writeFile(ctx, from, next)
+	if err == nil {
+		err = j.put(ctx, key, path, info.Size)
+	}
+	return key, path, info, cut, err
+}
+
+// writeDirect encodes the pages [from, next) straight into the object under key.
+func (j Job) writeDirect(ctx context.Context, key string, from, next uint64) (part.Info, error) {
+	w, err := j.Bucket.NewWriter(ctx, key, substrate.Condition{IfAbsent: true})
+	if err != nil {
+		return part.Info{}, fmt.Errorf("seal %s: put %s on %s: %w", j.Shard, key, j.Bucket.Name(), err)
+	}
+	info, err := j.encode(ctx, w, from, next)
+	if err != nil {
+		w.Abort()
+		return part.Info{}, err
+	}
+	if _, err := w.Commit(ctx); err != nil {
+		return part.Info{}, fmt.Errorf("seal %s: put %s on %s: %w", j.Shard, key, j.Bucket.Name(), err)
+	}
+	return info, nil
+}
+
+// writeFile encodes the pages [from, next) into a new part file in Dir.
+func (j Job) writeFile(ctx context.Context, from, next uint64) (path string, info part.Info, err error) {
 	f, path, err := fsutil.CreateTemp(j.FS, j.Dir, "seal-"+j.Shard+"-", ".part")
 	if err != nil {
-		return "", part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
+		return "", part.Info{}, fmt.Errorf("seal %s: %w", j.Shard, err)
 	}
 	defer func() {
 		if cerr := f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("seal %s: %w", j.Shard, cerr)
 		}
 	}()
-	w := part.NewWriter(f, j.Shard, from, part.Options{BlockSize: j.BlockSize, Encoder: j.Encoder})
-	var bytes uint64
-	var pages int
+	info, err = j.encode(ctx, f, from, next)
+	return path, info, err
+}
+
+// encode writes the part of the pages [from, next) to w, block by block.
+func (j Job) encode(ctx context.Context, w io.Writer, from, next uint64) (part.Info, error) {
+	pw := part.NewWriter(w, j.Shard, from, part.Options{BlockSize: j.BlockSize, Encoder: j.Encoder})
+	pages := 0
 	for page, err := range j.Log.PagesAliased(j.Shard, from) { // Add copies each record
 		if err == nil {
 			err = ctx.Err()
 		}
 		if err != nil {
-			return path, part.Info{}, false, fmt.Errorf("seal %s: read the WAL from %d: %w", j.Shard, from, err)
+			return part.Info{}, fmt.Errorf("seal %s: read the WAL from %d: %w", j.Shard, from, err)
 		}
 		if pages == 0 && page.FirstOffset != from {
-			return path, part.Info{}, false, fmt.Errorf("seal %s: the sealed watermark %d is inside the page at %d: %w", j.Shard, from, page.FirstOffset, wal.ErrNotPageBoundary)
+			return part.Info{}, fmt.Errorf("seal %s: the sealed watermark %d is inside the page at %d: %w", j.Shard, from, page.FirstOffset, wal.ErrNotPageBoundary)
 		}
-		if pages > 0 && bytes >= budget {
-			cut = true
+		if page.FirstOffset >= next {
 			break
 		}
 		for _, r := range page.Records {
-			if err := w.Add(r); err != nil {
-				return path, part.Info{}, false, fmt.Errorf("seal %s: %w", j.Shard, err)
+			if err := pw.Add(r); err != nil {
+				return part.Info{}, fmt.Errorf("seal %s: %w", j.Shard, err)
 			}
-			bytes += uint64(len(r))
 		}
 		pages++
 		// Compressing is the engine's longest run of CPU, and the scheduler lets a
@@ -238,13 +281,16 @@ func (j Job) writePart(ctx context.Context, from, budget uint64) (path string, i
 		runtime.Gosched()
 	}
 	if pages == 0 {
-		return path, part.Info{}, false, nil
+		return part.Info{}, fmt.Errorf("seal %s: no page from %d to %d: %w", j.Shard, from, next, ErrLogChanged)
 	}
-	info, err = w.Close()
+	info, err := pw.Close()
 	if err != nil {
-		return path, part.Info{}, false, fmt.Errorf("seal %s: write part: %w", j.Shard, err)
+		return part.Info{}, fmt.Errorf("seal %s: write part: %w", j.Shard, err)
 	}
-	return path, info, cut, nil
+	if info.Next() != next {
+		return part.Info{}, fmt.Errorf("seal %s: the pages from %d end at %d, not %d: %w", j.Shard, from, info.Next(), next, ErrLogChanged)
+	}
+	return info, nil
 }
 
 // put writes the part file, of size bytes, to the bucket under key, which no

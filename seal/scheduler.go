@@ -9,9 +9,15 @@ import (
 	"time"
 )
 
-// ErrStopped marks a seal that failed because its shard was closed, retired or
-// fenced: the scheduler does not retry it.
-var ErrStopped = errors.New("seal: shard stopped")
+var (
+	// ErrStopped marks a seal that failed because its shard was closed, retired
+	// or fenced: the scheduler does not retry it.
+	ErrStopped = errors.New("seal: shard stopped")
+	// ErrLogChanged marks a seal whose pages, when read, were not those it had
+	// named its part for: a reset of the shard's log came between. The next seal
+	// looks again.
+	ErrLogChanged = errors.New("seal: the log changed under the seal")
+)
 
 // Target is a shard as the scheduler sees it.
 type Target interface {

@@ -32,7 +32,9 @@ func (s *Shard) job() seal.Job {
 	first := s.cfg.Replicas.First()
 	return seal.Job{
 		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: first.Bucket, Replica: first.Name,
-		Dir: s.cfg.PartsDir, FS: s.cfg.FS, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Clock: s.cfg.Clock,
+		// A part no other replica needs a copy of needs no local file to copy it from.
+		Direct: s.cfg.Replicas.Len() == 1 && first.Bucket.Streams(),
+		Dir:    s.cfg.PartsDir, FS: s.cfg.FS, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Clock: s.cfg.Clock,
 		Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts,
 	}
 }
@@ -45,18 +47,27 @@ func (s *Shard) job() seal.Job {
 func (s *Shard) copy(committed []seal.Committed) {
 	for _, c := range committed {
 		p, file := c.Part, c.File
+		remove := func() {
+			if file != "" {
+				s.cfg.FS.Remove(file)
+			}
+		}
 		targets := s.cfg.Replicas.Missing(p.Replicas)
 		if len(targets) == 0 {
-			s.cfg.FS.Remove(file)
+			remove()
 			continue
 		}
+		source := replica.FromFile(file)
+		if file == "" { // written straight into the first replica
+			source = replica.FromReplica(s.cfg.Replicas.First().Name, p.Key)
+		}
 		err := s.cfg.Uploader.Enqueue(replica.Job{
-			Shard: s.id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: replica.FromFile(file),
+			Shard: s.id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: source,
 			Targets: targets, SealedAt: p.SealedAt, Recorder: s.cfg.Owner,
-			Done: func(error) { s.cfg.FS.Remove(file) },
+			Done: func(error) { remove() },
 		})
 		if err != nil {
-			s.cfg.FS.Remove(file)
+			remove()
 		}
 	}
 }

@@ -256,7 +256,9 @@ func (s *Shard) closed() {
 	var parts []manifest.Part
 	for _, d := range s.doubts.Take() {
 		parts = append(parts, d.Part)
-		s.cfg.FS.Remove(d.File)
+		if d.File != "" {
+			s.cfg.FS.Remove(d.File)
+		}
 	}
 	s.cfg.Events.ShardClosed(s.id, parts)
 }

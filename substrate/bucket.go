@@ -77,6 +77,93 @@ func (b *Bucket) PutIfAbsent(ctx context.Context, key string, body io.ReadSeeker
 	return attrs, err == nil, err
 }
 
+// Streams reports whether NewWriter works on this bucket.
+func (b *Bucket) Streams() bool {
+	wd, ok := b.driver.(WriterDriver)
+	return ok && wd.Streams()
+}
+
+// NewWriter starts an object under key whose bytes are written as they are
+// produced, and become the object, if cond holds, at Commit: Put without a body
+// to hold or read twice. A driver that cannot take a stream is
+// errors.ErrUnsupported (see Streams).
+func (b *Bucket) NewWriter(ctx context.Context, key string, cond Condition) (*Writer, error) {
+	op := OpPut
+	switch {
+	case cond.IfAbsent:
+		op = OpPutIfAbsent
+	case cond.IfMatch != "":
+		op = OpCompareAndSwap
+	}
+	if err := b.check(ctx, op, key); err != nil {
+		return nil, err
+	}
+	wd, ok := b.driver.(WriterDriver)
+	if !ok || !wd.Streams() {
+		return nil, b.wrap(op, key, errors.ErrUnsupported)
+	}
+	start := time.Now()
+	w, err := wd.NewWriter(ctx, key, cond)
+	if err != nil {
+		b.metrics.observe(op, start, err)
+		return nil, b.wrap(op, key, err)
+	}
+	return &Writer{b: b, op: op, key: key, w: w, start: start}, nil
+}
+
+// Writer is an object being written (see NewWriter). It is not safe for
+// concurrent use. Commit or Abort ends it; a commit counts in the metrics as one
+// write, from NewWriter to its end, and an abort not at all.
+type Writer struct {
+	b     *Bucket
+	op    Op
+	key   string
+	w     DriverWriter
+	start time.Time
+	ended bool
+}
+
+// Write adds p to the object.
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.ended {
+		return 0, w.b.wrap(w.op, w.key, ErrClosed)
+	}
+	n, err := w.w.Write(p)
+	if err != nil {
+		err = w.b.wrap(w.op, w.key, err)
+	}
+	return n, err
+}
+
+// Commit makes the bytes written the object under the key, if the condition
+// holds: else ErrPreconditionFailed, and nothing changes.
+func (w *Writer) Commit(ctx context.Context) (Attrs, error) {
+	if w.ended {
+		return Attrs{}, w.b.wrap(w.op, w.key, ErrClosed)
+	}
+	w.ended = true
+	if err := w.b.checkState(ctx, w.op); err != nil {
+		w.w.Abort()
+		w.b.metrics.observe(w.op, w.start, err)
+		return Attrs{}, err
+	}
+	attrs, err := w.w.Commit(ctx)
+	w.b.metrics.observe(w.op, w.start, err)
+	if err != nil {
+		return Attrs{}, w.b.wrap(w.op, w.key, err)
+	}
+	return attrs, nil
+}
+
+// Abort drops the object being written; after Commit it does nothing.
+func (w *Writer) Abort() {
+	if w.ended {
+		return
+	}
+	w.ended = true
+	w.w.Abort()
+}
+
 // CompareAndSwap replaces the object under key with body only if its current version
 // is version. Otherwise, and when the key is missing, it fails with
 // ErrPreconditionFailed and changes nothing.

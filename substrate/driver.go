@@ -39,6 +39,26 @@ type Driver interface {
 	Close() error
 }
 
+// WriterDriver is a Driver that can also take an object's bytes as they are
+// produced, with no body to read again: a local directory writes them straight into
+// the file that becomes the object. Optional; the Bucket's Streams reports it.
+type WriterDriver interface {
+	// Streams reports whether NewWriter works: a driver that wraps another
+	// streams only if that one does.
+	Streams() bool
+	NewWriter(ctx context.Context, key string, cond Condition) (DriverWriter, error)
+}
+
+// DriverWriter is an object being written. Commit makes what was written the object
+// under its key if the condition holds, atomically as Put does (the same errors);
+// Abort drops it. Nothing is visible under the key before Commit returns, and a
+// crash before then leaves nothing there. One of them is called once, last.
+type DriverWriter interface {
+	io.Writer
+	Commit(ctx context.Context) (Attrs, error)
+	Abort()
+}
+
 // DriverReader is an open ranged read: the bytes and the attributes of the object
 // version they come from.
 type DriverReader interface {

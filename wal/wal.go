@@ -563,6 +563,53 @@ func (l *Log) readRun(shard string, refs []pageRef, buf *[]byte) ([]byte, error)
 	return b, nil
 }
 
+// Extent returns where a read of the shard's durable pages from offset from ends
+// if it takes at least one page and stops at the first page boundary at or past
+// budget record bytes (a seal's budget): next, the offset after its last record,
+// and whether durable pages are left past it. With nothing durable at or past
+// from, next is from. Pages from from yield exactly the records up to next, unless
+// a reset of the shard comes between.
+func (l *Log) Extent(shard string, from, budget uint64) (next uint64, cut bool, err error) {
+	if err := l.enter(); err != nil {
+		return 0, false, err
+	}
+	defer l.exit()
+	l.mu.RLock()
+	st, ok := l.mu.shards[shard]
+	l.mu.RUnlock()
+	if !ok {
+		return from, false, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if from < st.mu.floor {
+		return 0, false, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
+	}
+	i, j := st.durableLocked(from)
+	next = from
+	var bytes uint64
+	for _, p := range st.mu.pages[i:j] {
+		if next > from && bytes >= budget {
+			return next, true, nil
+		}
+		next, bytes = p.next(), bytes+p.payload
+	}
+	return next, false, nil
+}
+
+// durableLocked returns the indexes in st.mu.pages of the page holding from and of
+// the first page past the durable ones.
+func (st *shardState) durableLocked(from uint64) (i, j int) {
+	// A page past acked may still fail to sync, or be lost in a crash and its
+	// offsets taken by another record after the reopen, so reads end at acked,
+	// a page boundary (an append raises it to its page's end).
+	end := st.acked.Load()
+	pages := st.mu.pages
+	i = sort.Search(len(pages), func(i int) bool { return pages[i].next() > from })
+	j = sort.Search(len(pages), func(i int) bool { return pages[i].first >= end })
+	return i, max(i, j)
+}
+
 // view checks from against the shard's floor and returns the pages from the one
 // holding from to the end of the durable ones, with their segments pinned.
 func (l *Log) view(shard string, from uint64) (refs []pageRef, pinned []*segment, err error) {
@@ -579,17 +626,11 @@ func (l *Log) view(shard string, from uint64) (refs []pageRef, pinned []*segment
 	if from < st.mu.floor {
 		return nil, nil, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
 	}
-	// A page past acked may still fail to sync, or be lost in a crash and its
-	// offsets taken by another record after the reopen, so the view ends at acked,
-	// a page boundary (an append raises it to its page's end).
-	end := st.acked.Load()
-	pages := st.mu.pages
-	i := sort.Search(len(pages), func(i int) bool { return pages[i].next() > from })
-	j := sort.Search(len(pages), func(i int) bool { return pages[i].first >= end })
-	if i >= j {
+	i, j := st.durableLocked(from)
+	if i == j {
 		return nil, nil, nil
 	}
-	refs = slices.Clone(pages[i:j])
+	refs = slices.Clone(st.mu.pages[i:j])
 	return refs, l.w.pin(refs), nil
 }
 

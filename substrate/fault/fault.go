@@ -178,6 +178,44 @@ func opOf(cond substrate.Condition) substrate.Op {
 }
 
 // Put implements substrate.Driver.
+// Streams reports whether the wrapped driver takes objects as streams.
+func (d *Driver) Streams() bool {
+	wd, ok := d.next.(substrate.WriterDriver)
+	return ok && wd.Streams()
+}
+
+// NewWriter starts an object on the wrapped driver; the rules for its write apply
+// at Commit, as they do to a Put.
+func (d *Driver) NewWriter(ctx context.Context, key string, cond substrate.Condition) (substrate.DriverWriter, error) {
+	wd, ok := d.next.(substrate.WriterDriver)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	w, err := wd.NewWriter(ctx, key, cond)
+	if err != nil {
+		return nil, err
+	}
+	return &writer{d: d, key: key, cond: cond, DriverWriter: w}, nil
+}
+
+// writer is an object being written through the wrapper.
+type writer struct {
+	substrate.DriverWriter
+	d    *Driver
+	key  string
+	cond substrate.Condition
+}
+
+func (w *writer) Commit(ctx context.Context) (substrate.Attrs, error) {
+	dec := w.d.decide(opOf(w.cond), w.key)
+	if ok, err := dec.before(ctx); !ok {
+		w.DriverWriter.Abort()
+		return substrate.Attrs{}, err
+	}
+	attrs, err := w.DriverWriter.Commit(ctx)
+	return attrs, dec.after(err)
+}
+
 func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond substrate.Condition) (substrate.Attrs, error) {
 	dec := d.decide(opOf(cond), key)
 	if ok, err := dec.before(ctx); !ok {

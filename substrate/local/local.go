@@ -49,7 +49,10 @@ import (
 	"github.com/l0store/l0/substrate"
 )
 
-var _ substrate.Driver = (*Driver)(nil)
+var (
+	_ substrate.Driver       = (*Driver)(nil)
+	_ substrate.WriterDriver = (*Driver)(nil)
+)
 
 // The object file format.
 const (
@@ -165,12 +168,17 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond s
 		return substrate.Attrs{}, err
 	}
 	defer os.Remove(tmp) // fails harmlessly once renamed
+	return d.publish(ctx, key, path, tmp, version, size, cond)
+}
+
+// publish makes the synced temporary file tmp the object under key (at path), if
+// cond holds.
+func (d *Driver) publish(ctx context.Context, key, path, tmp string, version substrate.Version, size int64, cond substrate.Condition) (substrate.Attrs, error) {
 	if err := ctx.Err(); err != nil {
 		return substrate.Attrs{}, err
 	}
-
 	unlock := d.lock(key)
-	err = d.checkLocked(path, cond)
+	err := d.checkLocked(path, cond)
 	if err == nil {
 		if err = d.mkdirObjects(filepath.Dir(path)); err == nil {
 			err = os.Rename(tmp, path)
@@ -214,7 +222,7 @@ func (d *Driver) checkLocked(path string, cond substrate.Condition) error {
 }
 
 func (d *Driver) writeTemp(body io.Reader) (path string, version substrate.Version, size int64, err error) {
-	f, err := os.CreateTemp(d.tmp, "put-")
+	f, version, err := d.createTemp()
 	if err != nil {
 		return "", "", 0, err
 	}
@@ -224,12 +232,6 @@ func (d *Driver) writeTemp(body io.Reader) (path string, version substrate.Versi
 			os.Remove(f.Name())
 		}
 	}()
-	var raw [versionLen]byte
-	rand.Read(raw[:])
-	header := append([]byte(magic), raw[:]...)
-	if _, err = f.Write(header); err != nil {
-		return "", "", 0, err
-	}
 	if size, err = io.Copy(f, body); err != nil {
 		return "", "", 0, fmt.Errorf("write body: %w", err)
 	}
@@ -239,7 +241,92 @@ func (d *Driver) writeTemp(body io.Reader) (path string, version substrate.Versi
 	if err = f.Close(); err != nil {
 		return "", "", 0, err
 	}
-	return f.Name(), substrate.Version(hex.EncodeToString(raw[:])), size, nil
+	return f.Name(), version, size, nil
+}
+
+// createTemp creates a temporary object file under a new version, its header
+// written.
+func (d *Driver) createTemp() (*os.File, substrate.Version, error) {
+	f, err := os.CreateTemp(d.tmp, "put-")
+	if err != nil {
+		return nil, "", err
+	}
+	var raw [versionLen]byte
+	rand.Read(raw[:])
+	if _, err := f.Write(append([]byte(magic), raw[:]...)); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, "", err
+	}
+	return f, substrate.Version(hex.EncodeToString(raw[:])), nil
+}
+
+// Streams reports that NewWriter works.
+func (d *Driver) Streams() bool { return true }
+
+// NewWriter starts an object written straight into the temporary file that
+// becomes it at Commit: its bytes are written once, and their writeback starts
+// every writebackEvery bytes, so that the sync at Commit has only the last stretch
+// to wait for.
+func (d *Driver) NewWriter(ctx context.Context, key string, cond substrate.Condition) (substrate.DriverWriter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	path, err := d.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, version, err := d.createTemp()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, d.missing(err)
+	} else if err != nil {
+		return nil, err
+	}
+	return &writer{d: d, key: key, path: path, cond: cond, f: f, version: version}, nil
+}
+
+// writebackEvery is how many bytes of an object written over time are written
+// before their writeback to the disk is started.
+const writebackEvery = 1 << 20
+
+var _ substrate.WriterDriver = (*Driver)(nil)
+
+// writer is an object being written by NewWriter.
+type writer struct {
+	d          *Driver
+	key, path  string
+	cond       substrate.Condition
+	f          *os.File
+	version    substrate.Version
+	size, sent int64 // written, and written back from the body's start
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.size += int64(n)
+	if w.size-w.sent >= writebackEvery {
+		startWriteback(w.f, int64(headerLen)+w.sent, w.size-w.sent)
+		w.sent = w.size
+	}
+	return n, err
+}
+
+func (w *writer) Commit(ctx context.Context) (substrate.Attrs, error) {
+	tmp := w.f.Name()
+	defer os.Remove(tmp) // fails harmlessly once renamed
+	err := w.f.Sync()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return substrate.Attrs{}, err
+	}
+	return w.d.publish(ctx, w.key, w.path, tmp, w.version, w.size, w.cond)
+}
+
+func (w *writer) Abort() {
+	w.f.Close()
+	os.Remove(w.f.Name())
 }
 
 func readHeader(f *os.File, path string) (substrate.Version, error) {
