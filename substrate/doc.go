@@ -14,6 +14,10 @@
 //   - Conditional writes are first-class: [Bucket.PutIfAbsent] creates an object only
 //     if the key is free and keeps the original bytes otherwise; [Bucket.CompareAndSwap]
 //     replaces an object only while its [Version] is the one the caller read.
+//   - A driver that can take an object as it is produced ([WriterDriver]; the local
+//     directory) also serves [Bucket.NewWriter]: the bytes go straight where the
+//     object will be, and become it, under the same conditions as a put, only at
+//     [Writer.Commit]. [Bucket.Streams] says whether a bucket can.
 //   - A range is clipped to the object's end, whatever its length.
 //   - Lists are sorted by key (bytewise) and paginated by the last key seen; a page is
 //     empty only at the end of the listing.
