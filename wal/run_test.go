@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -143,5 +144,44 @@ func BenchmarkReadOneShardWrittenAPageAGroup(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// Extent is where a seal's read ends: at least one page, then whole pages until
+// the budget is reached, never past the durable pages, never below the floor.
+func TestExtentEndsAtThePageThatReachesTheBudget(t *testing.T) {
+	l := open(t, t.TempDir(), Options{})
+	defer l.Close()
+	ctx := t.Context()
+	for i := range 10 { // pages of 2 records of 50 bytes: offsets 0, 2, 4, ...
+		if _, err := l.Append(ctx, "s", 0, [][]byte{bytes.Repeat([]byte{'a'}, 50), bytes.Repeat([]byte{byte(i)}, 50)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		from, budget, next uint64
+		cut                bool
+	}{
+		{0, 250, 6, true}, // 300 bytes reach 250
+		{0, 300, 6, true}, // exactly the budget
+		{0, 1, 2, true},   // at least one page
+		{0, 0, 2, true},   // even with no budget
+		{4, 1 << 40, 20, false},
+		{18, 100, 20, false}, // the last page
+		{20, 100, 20, false}, // nothing past the end
+	} {
+		next, cut, err := l.Extent("s", c.from, c.budget)
+		if err != nil || next != c.next || cut != c.cut {
+			t.Errorf("Extent from %d, budget %d: %d %v %v, want %d %v", c.from, c.budget, next, cut, err, c.next, c.cut)
+		}
+	}
+	if next, cut, err := l.Extent("none", 0, 100); err != nil || next != 0 || cut {
+		t.Errorf("a shard the log does not know: %d %v %v", next, cut, err)
+	}
+	if err := l.TruncateThrough("s", 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Extent("s", 2, 100); !errors.Is(err, ErrTruncated) {
+		t.Errorf("below the floor: %v", err)
 	}
 }

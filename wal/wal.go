@@ -574,64 +574,61 @@ func (l *Log) Extent(shard string, from, budget uint64) (next uint64, cut bool, 
 		return 0, false, err
 	}
 	defer l.exit()
-	l.mu.RLock()
-	st, ok := l.mu.shards[shard]
-	l.mu.RUnlock()
-	if !ok {
-		return from, false, nil
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if from < st.mu.floor {
-		return 0, false, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
-	}
-	i, j := st.durableLocked(from)
 	next = from
-	var bytes uint64
-	for _, p := range st.mu.pages[i:j] {
-		if next > from && bytes >= budget {
-			return next, true, nil
+	err = l.durable(shard, from, func(pages []pageRef) {
+		var bytes uint64
+		for _, p := range pages {
+			if next > from && bytes >= budget {
+				cut = true
+				return
+			}
+			next, bytes = p.next(), bytes+p.payload
 		}
-		next, bytes = p.next(), bytes+p.payload
+	})
+	if err != nil {
+		return 0, false, err
 	}
-	return next, false, nil
-}
-
-// durableLocked returns the indexes in st.mu.pages of the page holding from and of
-// the first page past the durable ones.
-func (st *shardState) durableLocked(from uint64) (i, j int) {
-	// A page past acked may still fail to sync, or be lost in a crash and its
-	// offsets taken by another record after the reopen, so reads end at acked,
-	// a page boundary (an append raises it to its page's end).
-	end := st.acked.Load()
-	pages := st.mu.pages
-	i = sort.Search(len(pages), func(i int) bool { return pages[i].next() > from })
-	j = sort.Search(len(pages), func(i int) bool { return pages[i].first >= end })
-	return i, max(i, j)
+	return next, cut, nil
 }
 
 // view checks from against the shard's floor and returns the pages from the one
 // holding from to the end of the durable ones, with their segments pinned.
 func (l *Log) view(shard string, from uint64) (refs []pageRef, pinned []*segment, err error) {
+	err = l.durable(shard, from, func(pages []pageRef) {
+		if len(pages) > 0 {
+			// Pinned before a truncation can drop them.
+			refs = slices.Clone(pages)
+			pinned = l.w.pin(refs)
+		}
+	})
+	return refs, pinned, err
+}
+
+// durable calls f with the shard's durable pages from the one holding offset from,
+// under the shard's lock, so that they and the floor checked against from are one
+// state; a shard the log does not know has none.
+func (l *Log) durable(shard string, from uint64, f func([]pageRef)) error {
 	l.mu.RLock()
 	st, ok := l.mu.shards[shard]
 	l.mu.RUnlock()
 	if !ok {
-		return nil, nil, nil
+		f(nil)
+		return nil
 	}
-	// The floor and the pages taken must be one state, and the segments pinned
-	// before a truncation can drop them.
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if from < st.mu.floor {
-		return nil, nil, fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
+		return fmt.Errorf("wal: shard %q from offset %d, floor %d: %w", shard, from, st.mu.floor, ErrTruncated)
 	}
-	i, j := st.durableLocked(from)
-	if i == j {
-		return nil, nil, nil
-	}
-	refs = slices.Clone(st.mu.pages[i:j])
-	return refs, l.w.pin(refs), nil
+	// A page past acked may still fail to sync, or be lost in a crash and its
+	// offsets taken by another record after the reopen, so reads end at acked,
+	// a page boundary (an append raises it to its page's end).
+	end := st.acked.Load()
+	pages := st.mu.pages
+	i := sort.Search(len(pages), func(i int) bool { return pages[i].next() > from })
+	j := sort.Search(len(pages), func(i int) bool { return pages[i].first >= end })
+	f(pages[i:max(i, j)])
+	return nil
 }
 
 // readPage reads and checks the page r of shard into *buf, which it reuses if large
