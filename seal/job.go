@@ -229,10 +229,25 @@ func (j Job) writeDirect(ctx context.Context, key string, from, next uint64) (pa
 		w.Abort()
 		return part.Info{}, err
 	}
-	if _, err := w.Commit(ctx); err != nil {
+	_, err = w.Commit(ctx)
+	if errors.Is(err, substrate.ErrPreconditionFailed) {
+		err = j.landed(ctx, key, info.Size)
+	}
+	if err != nil {
 		return part.Info{}, fmt.Errorf("seal %s: put %s on %s: %w", j.Shard, key, j.Bucket.Name(), err)
 	}
 	return info, nil
+}
+
+// landed checks that the object already under key, which no other attempt uses, is
+// this seal's own whose reply was lost (a client retry finds it): its size is the
+// part's.
+func (j Job) landed(ctx context.Context, key string, size int64) error {
+	attrs, err := j.Bucket.Attributes(ctx, key)
+	if err == nil && attrs.Size != size {
+		err = fmt.Errorf("an object of %d bytes is already there, the part is %d", attrs.Size, size)
+	}
+	return err
 }
 
 // writeFile encodes the pages [from, next) into a new part file in Dir.
@@ -304,10 +319,7 @@ func (j Job) put(ctx context.Context, key, path string, size int64) error {
 	defer f.Close()
 	_, created, err := j.Bucket.PutIfAbsent(ctx, key, io.NewSectionReader(f, 0, size))
 	if err == nil && !created {
-		var attrs substrate.Attrs
-		if attrs, err = j.Bucket.Attributes(ctx, key); err == nil && attrs.Size != size {
-			err = fmt.Errorf("an object of %d bytes is already there, the part is %d", attrs.Size, size)
-		}
+		err = j.landed(ctx, key, size)
 	}
 	if err != nil {
 		return fmt.Errorf("seal %s: put %s on %s: %w", j.Shard, key, j.Bucket.Name(), err)

@@ -125,7 +125,7 @@ type Writer struct {
 
 // Write adds p to the object.
 func (w *Writer) Write(p []byte) (int, error) {
-	if w.ended {
+	if w.ended || w.b.closed.Load() {
 		return 0, w.b.wrap(w.op, w.key, ErrClosed)
 	}
 	n, err := w.w.Write(p)
@@ -143,8 +143,7 @@ func (w *Writer) Commit(ctx context.Context) (Attrs, error) {
 	}
 	w.ended = true
 	if err := w.b.checkState(ctx, w.op); err != nil {
-		w.w.Abort()
-		w.b.metrics.observe(w.op, w.start, err)
+		w.w.Abort() // refused before the store was asked, as a put is: not counted
 		return Attrs{}, err
 	}
 	attrs, err := w.w.Commit(ctx)
