@@ -52,8 +52,9 @@ type Job struct {
 }
 
 // Committed is a part a seal committed, and its local file ("" for a part
-// written straight into the bucket, Direct). The file is the caller's from then on: the source of the part's copies to the other replicas,
-// which it removes once they end (at once if no replica lacks the part). The seal
+// written straight into the bucket, Direct). The file is the caller's from then
+// on: the source of the part's copies to the other replicas, which it removes
+// once they end (at once if no replica lacks the part). The seal
 // returns it rather than queue the copies itself, so that what it committed flows
 // back to the shard that asked, which queues the copies with its owner as their
 // recorder.

@@ -500,7 +500,7 @@ func (l *Log) pages(shard string, from uint64, clone bool) iter.Seq2[Page, error
 			for _, r := range refs[:n] {
 				var p Page
 				if err == nil {
-					b := run[r.g.base+int64(r.rel)-refs[0].g.base-int64(refs[0].rel):][:r.n]
+					b := run[r.at()-refs[0].at():][:r.n]
 					if clone {
 						// Each page its own memory, of its own size: a record kept
 						// holds its page, not the run, and nothing the log reuses.
@@ -533,12 +533,12 @@ const (
 
 // runOf returns how many of refs, from the first, one read takes.
 func runOf(refs []pageRef) int {
-	start := refs[0].g.base + int64(refs[0].rel)
+	start := refs[0].at()
 	end := start + int64(refs[0].n)
 	n := 1
 	for ; n < len(refs); n++ {
 		r := refs[n]
-		at := r.g.base + int64(r.rel)
+		at := r.at()
 		if r.g.seg != refs[0].g.seg || at < end || at-end > maxRunGap || at+int64(r.n)-start > maxRunBytes {
 			break
 		}
@@ -551,8 +551,8 @@ func runOf(refs []pageRef) int {
 // into *buf, which it reuses if large enough.
 func (l *Log) readRun(shard string, refs []pageRef, buf *[]byte) ([]byte, error) {
 	first, last := refs[0], refs[len(refs)-1]
-	start := first.g.base + int64(first.rel)
-	size := int(last.g.base + int64(last.rel) + int64(last.n) - start)
+	start := first.at()
+	size := int(last.at() + int64(last.n) - start)
 	if cap(*buf) < size {
 		*buf = make([]byte, size)
 	}

@@ -77,6 +77,9 @@ type pageRef struct {
 
 func (p pageRef) next() uint64 { return p.first + uint64(p.count) }
 
+// at is where the page's bytes start in its segment file.
+func (p pageRef) at() int64 { return p.g.base + int64(p.rel) }
+
 // writer appends groups to the log's segments: one flusher goroutine writes and
 // syncs the filling group while appenders fill the next, so that every fdatasync
 // covers everything that arrived during the one before.

@@ -153,22 +153,17 @@ func (d *Driver) lock(key string) func() {
 
 // Put implements substrate.Driver.
 func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond substrate.Condition) (substrate.Attrs, error) {
-	if err := ctx.Err(); err != nil {
-		return substrate.Attrs{}, err
-	}
-	path, err := d.path(key)
+	// Written and synced outside the key's lock (NewWriter, then the body); only
+	// the check and the rename (Commit) take it.
+	w, err := d.NewWriter(ctx, key, cond)
 	if err != nil {
 		return substrate.Attrs{}, err
 	}
-	// Write and sync outside the lock: only the check and the rename need it.
-	tmp, version, size, err := d.writeTemp(body)
-	if errors.Is(err, fs.ErrNotExist) {
-		return substrate.Attrs{}, d.missing(err)
-	} else if err != nil {
-		return substrate.Attrs{}, err
+	if _, err := io.Copy(w, body); err != nil {
+		w.Abort()
+		return substrate.Attrs{}, fmt.Errorf("write body: %w", err)
 	}
-	defer os.Remove(tmp) // fails harmlessly once renamed
-	return d.publish(ctx, key, path, tmp, version, size, cond)
+	return w.Commit(ctx)
 }
 
 // publish makes the synced temporary file tmp the object under key (at path), if
@@ -219,29 +214,6 @@ func (d *Driver) checkLocked(path string, cond substrate.Condition) error {
 		}
 	}
 	return nil
-}
-
-func (d *Driver) writeTemp(body io.Reader) (path string, version substrate.Version, size int64, err error) {
-	f, version, err := d.createTemp()
-	if err != nil {
-		return "", "", 0, err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if size, err = io.Copy(f, body); err != nil {
-		return "", "", 0, fmt.Errorf("write body: %w", err)
-	}
-	if err = f.Sync(); err != nil {
-		return "", "", 0, err
-	}
-	if err = f.Close(); err != nil {
-		return "", "", 0, err
-	}
-	return f.Name(), version, size, nil
 }
 
 // createTemp creates a temporary object file under a new version, its header
@@ -303,12 +275,24 @@ type writer struct {
 
 func (w *writer) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
-	w.size += int64(n)
+	w.wrote(int64(n))
+	return n, err
+}
+
+// ReadFrom lets a put's body from a file reach the file system's own copy.
+func (w *writer) ReadFrom(r io.Reader) (int64, error) {
+	n, err := w.f.ReadFrom(r)
+	w.wrote(n)
+	return n, err
+}
+
+// wrote counts n bytes more and starts the writeback of each writebackEvery.
+func (w *writer) wrote(n int64) {
+	w.size += n
 	if w.size-w.sent >= writebackEvery {
 		startWriteback(w.f, int64(headerLen)+w.sent, w.size-w.sent)
 		w.sent = w.size
 	}
-	return n, err
 }
 
 func (w *writer) Commit(ctx context.Context) (substrate.Attrs, error) {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/l0store/l0/substrate"
-	"github.com/l0store/l0/substrate/local"
 )
 
 // A Writer open across its bucket's Close is refused as a Put would be: its
@@ -15,14 +14,7 @@ import (
 // goes, and nothing counts in the metrics.
 func TestAWriterOpenAcrossCloseIsRefusedLikeAPut(t *testing.T) {
 	dir := t.TempDir()
-	d, err := local.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := substrate.New(d, substrate.Options{Name: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newLocalBucket(t, dir)
 	ctx := t.Context()
 	w, err := b.NewWriter(ctx, "parts/a", substrate.Condition{IfAbsent: true})
 	if err != nil {

@@ -16,14 +16,7 @@ import (
 // temporary file stays behind either way.
 func TestAWriterIsAnObjectOnlyOnceCommitted(t *testing.T) {
 	dir := t.TempDir()
-	d, err := local.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := substrate.New(d, substrate.Options{Name: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newLocalBucket(t, dir)
 	defer b.Close()
 	ctx := t.Context()
 	if !b.Streams() {
@@ -85,4 +78,18 @@ func TestAWriterIsAnObjectOnlyOnceCommitted(t *testing.T) {
 	if st := b.Stats(); st.Count(substrate.OpPutIfAbsent, substrate.OutcomeOK) != 1 || st.Count(substrate.OpPutIfAbsent, substrate.OutcomePreconditionFailed) != 1 || st.Total(substrate.OpPutIfAbsent) != 2 {
 		t.Fatalf("put-if-absent counted %v, want 1 ok (the commit) and 1 precondition failed, the abort not at all", st.Operations[substrate.OpPutIfAbsent])
 	}
+}
+
+// newLocalBucket opens a local-directory bucket at dir.
+func newLocalBucket(t *testing.T, dir string) *substrate.Bucket {
+	t.Helper()
+	d, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := substrate.New(d, substrate.Options{Name: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
