@@ -150,7 +150,10 @@ func powerLoss(t *testing.T, mode engine.Durability, seed uint64, unsynced int) 
 		}
 		seen := map[string]bool{}
 		for off, r := range got {
-			if !tried[string(r)] {
+			mu.Lock() // an appender past its stop check may still be offering
+			offered := tried[string(r)]
+			mu.Unlock()
+			if !offered {
 				t.Fatalf("%s: offset %d holds %q, which no appender wrote", id, off, r)
 			}
 			if seen[string(r)] {
