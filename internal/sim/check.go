@@ -51,6 +51,8 @@ type truth struct {
 	// newest is the highest epoch an open returned, and when.
 	newest   uint64
 	newestAt int64
+	// owner is the machine each epoch's open returned on.
+	owner map[uint64]string
 }
 
 func newOracle(w *world) *oracle {
@@ -60,7 +62,7 @@ func newOracle(w *world) *oracle {
 func (o *oracle) truth(id string) *truth {
 	t := o.shards[id]
 	if t == nil {
-		t = &truth{held: map[uint64]held{}, tried: map[string]bool{}, lost: map[uint64]int{}}
+		t = &truth{held: map[uint64]held{}, tried: map[string]bool{}, lost: map[uint64]int{}, owner: map[uint64]string{}}
 		o.shards[id] = t
 	}
 	return t
@@ -87,6 +89,7 @@ func (o *oracle) opened(m *machine, sh *shard.Shard, id string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t := o.truth(id)
+	t.owner[sh.Info().Epoch] = m.name
 	if e := sh.Info().Epoch; e > t.newest {
 		t.newest, t.newestAt = e, o.w.now()
 	}
@@ -127,18 +130,36 @@ func (o *oracle) append(m *machine, sh *shard.Shard, id string, recs [][]byte) {
 		o.w.violate("%s acknowledged %s at %d with epoch %d, after epoch %d was opened", m.name, id, first, epoch, t.newest)
 	}
 	for i, r := range strs {
-		o.hold(id, first+uint64(i), held{r, m.mode == engine.Local, epoch}, "acknowledged by "+m.name)
+		o.hold(id, first+uint64(i), held{r, m.mode == engine.Local, epoch, m.name}, "acknowledged by "+m.name)
 	}
 }
 
 // held is a record known durable at an offset. A soft one was acknowledged, or
 // read, on a Local-mode owner: it is durable on that machine, and in the history
-// only once shipped, so a takeover by a later epoch may lose it, within the
+// only once shipped, so a takeover by another machine may lose it, within the
 // window the owner bounds.
 type held struct {
-	rec   string
-	soft  bool
-	epoch uint64 // of the owner that acknowledged or read it
+	rec     string
+	soft    bool
+	epoch   uint64 // of the owner that acknowledged or read it
+	machine string // that owner's
+}
+
+// mayLose reports whether epoch's owner may lack h: h is soft and, after its
+// epoch, some epoch up to this one was another machine's, or came from an open
+// whose answer was lost (a takeover that fenced and then failed). A machine that
+// restarts, or opens again what it let go, finds its own acknowledgements in its
+// WAL.
+func (t *truth) mayLose(h held, epoch uint64) bool {
+	if !h.soft || h.epoch >= epoch {
+		return false
+	}
+	for e := h.epoch + 1; e <= epoch; e++ {
+		if owner, ok := t.owner[e]; !ok || owner != h.machine {
+			return true
+		}
+	}
+	return false
 }
 
 // hold records that offset off of shard id durably holds h.rec.
@@ -149,7 +170,7 @@ func (o *oracle) hold(id string, off uint64, h held, how string) {
 	case !ok:
 	case prev.rec == h.rec:
 		h.soft = h.soft && prev.soft
-	case prev.soft && h.epoch > prev.epoch:
+	case t.mayLose(prev, h.epoch):
 		o.loseSoft(id, off, h.epoch)
 	default:
 		o.w.violate("%s offset %d %s as %s, but it held %s", id, off, how, short(h.rec), short(prev.rec))
@@ -164,7 +185,7 @@ func (o *oracle) hold(id string, off uint64, h held, how string) {
 func (o *oracle) loseSoft(id string, off, epoch uint64) {
 	t := o.truth(id)
 	for k, h := range t.held {
-		if k >= off && h.soft && h.epoch < epoch {
+		if k >= off && t.mayLose(h, epoch) {
 			delete(t.held, k)
 			t.lossy = true
 			t.lost[h.epoch] += len(h.rec)
@@ -177,11 +198,11 @@ func (o *oracle) loseSoft(id string, off, epoch uint64) {
 }
 
 // reach is where a read through a handle of epoch must get to: past every hard
-// record, and every soft one of its own epoch.
+// record, and every soft one of its own epoch or that its owner cannot lack.
 func (t *truth) reach(epoch uint64) uint64 {
 	var end uint64
 	for off, h := range t.held {
-		if !h.soft || h.epoch == epoch {
+		if !h.soft || h.epoch == epoch || (h.epoch < epoch && !t.mayLose(h, epoch)) {
 			end = max(end, off+1)
 		}
 	}
@@ -232,7 +253,7 @@ func (o *oracle) read(m *machine, sh *shard.Shard, id string, from uint64) {
 			o.w.violate("read %s on %s: offset %d holds %s, which no append wrote", id, m.name, from+uint64(i), short(r))
 			return
 		}
-		o.hold(id, from+uint64(i), held{r, m.mode == engine.Local, epoch}, "read on "+m.name)
+		o.hold(id, from+uint64(i), held{r, m.mode == engine.Local, epoch, m.name}, "read on "+m.name)
 	}
 	if end := from + uint64(len(got)); end < reach && !o.damaged[id] {
 		o.w.violate("read %s on %s from %d ended at %d as complete, but %d records were durable before it began", id, m.name, from, end, reach)
@@ -409,12 +430,12 @@ func (w *world) readWhole(id string) {
 		}
 		epoch := sh.Info().Epoch
 		for off := range uint64(len(got)) {
-			if h, ok := t.held[off]; ok && h.rec != got[off] && h.soft && h.epoch < epoch {
+			if h, ok := t.held[off]; ok && h.rec != got[off] && t.mayLose(h, epoch) {
 				w.o.loseSoft(id, off, epoch)
 			}
 		}
 		for off, h := range t.held {
-			if off >= uint64(len(got)) && h.soft && h.epoch < epoch {
+			if off >= uint64(len(got)) && t.mayLose(h, epoch) {
 				w.o.loseSoft(id, off, epoch)
 			}
 		}
