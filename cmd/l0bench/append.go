@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,9 +80,13 @@ type appendFigures struct {
 	// DiskPerAppended is the bytes the data's device wrote in the window over those
 	// acknowledged: about 1 for a writer that writes each byte once.
 	DiskPerAppended spread `json:"disk_written_per_appended"`
-	WindowS         spread `json:"window_s"`
-	WarmupS         spread `json:"warmup_s"`
-	WarmupCapped    int    `json:"warmup_capped_rounds,omitempty"` // warm-ups that hit their limit
+	// CPUMsPerMB is the process's CPU time in the window per MB acknowledged, and
+	// CoresBusy that time over the window's length.
+	CPUMsPerMB   spread `json:"cpu_ms_per_mb"`
+	CoresBusy    spread `json:"cores_busy"`
+	WindowS      spread `json:"window_s"`
+	WarmupS      spread `json:"warmup_s"`
+	WarmupCapped int    `json:"warmup_capped_rounds,omitempty"` // warm-ups that hit their limit
 	// l0's seals inside the window: sealed bytes over appended bytes (about 1 when
 	// seals keep pace), the seals, and the unsealed backlog at the end.
 	SealedOverAppended *spread `json:"sealed_over_appended,omitempty"`
@@ -107,6 +112,8 @@ func summarizeAppends(ws []window, l0 bool) appendFigures {
 		AckSamples:      int(slices.Min(each(ws, func(w window) float64 { return float64(len(w.lat)) }))),
 		AppendsPerFsync: spreadOf(each(ws, window.appendsPerSync)),
 		DiskPerAppended: spreadOf(each(ws, window.diskPerAppended)),
+		CPUMsPerMB:      spreadOf(each(ws, window.cpuMsPerMB)),
+		CoresBusy:       spreadOf(each(ws, window.coresBusy)),
 		WindowS:         spreadOf(each(ws, func(w window) float64 { return w.elapsed.Seconds() })),
 		WarmupS:         spreadOf(each(ws, func(w window) float64 { return w.warmup.Seconds() })),
 	}
@@ -171,6 +178,26 @@ func diskBoundNotes(kinds []sinkKind, figs []appendFigures, best appendFigures, 
 	return notes
 }
 
+// cpuBoundNotes say, for each l0 contender, the bound the machine's cores put on
+// it: at the CPU time it spends per MB acknowledged, the cores allow at most
+// cores over that MB/s, put as a ratio to the best raw writer's MB/s. A
+// contender that keeps every core busy is at that bound: what it does per byte,
+// not the disk, is what limits it.
+func cpuBoundNotes(kinds []sinkKind, figs []appendFigures, best appendFigures, vsBest []paired) []string {
+	var notes []string
+	cores := float64(runtime.GOMAXPROCS(0))
+	for i, k := range kinds {
+		per := figs[i].CPUMsPerMB.Median
+		if k.shards == 0 || per <= 0 || best.MBps.Median <= 0 || vsBest[i].Rounds == 0 {
+			continue
+		}
+		bound := cores * 1000 / per
+		notes = append(notes, fmt.Sprintf("%s: it spent %.1f CPU ms per MB appended (the best raw writer %.1f) and kept %.2f of %.0f cores busy; at that cost the cores allow at most %.0f MB/s, %.2fx the best raw writer; it reached %.2fx",
+			k.label(), per, best.CPUMsPerMB.Median, figs[i].CoresBusy.Median, cores, bound, bound/best.MBps.Median, vsBest[i].Median))
+	}
+	return notes
+}
+
 // judgeAppends returns why a run is invalid: a contender faster than the best raw
 // writer in any round means the limit is not the limit on this machine, and no
 // ratio to it means anything.
@@ -231,15 +258,15 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s, and for l0 and pebble until %.0f MB acknowledged (l0: and sealing), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios\n",
 		p.recordSize, p.batch, p.appenders, cfg.longRounds, cfg.timing.warmup, float64(cfg.timing.warmupBytes)/1e6, cfg.timing.window)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tdisk written / appended\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog MB at end (growth)\t")
+	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tdisk written / appended\tCPU ms / MB\tcores busy\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog MB at end (growth)\t")
 	for i, k := range kinds {
 		f, shards, sealed, backlog := figs[i], "-", "-", "-"
 		if k.shards > 0 {
 			shards = strconv.Itoa(k.shards)
 			sealed, backlog = f.SealedOverAppended.String(), fmt.Sprintf("%s (%+.0f)", f.BacklogEndMB.median(), f.BacklogGrowthMB.Median)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.name, shards, f.MBps, f.AckP50Ms.median(), f.AckP99Ms.median(),
-			f.AppendsPerFsync.median(), f.DiskPerAppended.median(), vsBest[i], vs(i, pebbleOneKey), sealed, backlog)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.name, shards, f.MBps, f.AckP50Ms.median(), f.AckP99Ms.median(),
+			f.AppendsPerFsync.median(), f.DiskPerAppended.median(), f.CPUMsPerMB.median(), f.CoresBusy.median(), vsBest[i], vs(i, pebbleOneKey), sealed, backlog)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -259,6 +286,9 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	}
 	if b := at(bestRaw); b >= 0 {
 		for _, n := range diskBoundNotes(kinds, figs, figs[b], vsBest) {
+			fmt.Fprintln(out, "note:", n)
+		}
+		for _, n := range cpuBoundNotes(kinds, figs, figs[b], vsBest) {
 			fmt.Fprintln(out, "note:", n)
 		}
 	}

@@ -101,6 +101,8 @@ type window struct {
 	// system does not say): over bytes, how many times the contender writes what
 	// it acknowledges, its journal's and metadata's writes included.
 	diskBytes int64
+	// cpu is the CPU time the process used in the window (-1 where unknown).
+	cpu time.Duration
 }
 
 // diskPerAppended is the bytes the device wrote in the window over the bytes
@@ -113,6 +115,23 @@ func (w window) diskPerAppended() float64 {
 }
 
 func (w window) mbps() float64 { return mbps(w.bytes, w.elapsed) }
+
+// cpuMsPerMB is the CPU time the process spent per MB acknowledged in the
+// window; 0 where unknown.
+func (w window) cpuMsPerMB() float64 {
+	if w.cpu < 0 || w.bytes == 0 {
+		return 0
+	}
+	return float64(w.cpu.Milliseconds()) / (float64(w.bytes) / 1e6)
+}
+
+// coresBusy is the CPU time used in the window over its length.
+func (w window) coresBusy() float64 {
+	if w.cpu < 0 {
+		return 0
+	}
+	return ratio(w.cpu.Seconds(), w.elapsed.Seconds())
+}
 
 // appendsPerSync is the group commit: acknowledged appends per fsync.
 func (w window) appendsPerSync() float64 {
@@ -205,9 +224,12 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 	}
 	var before window
 	snap := func(end bool) {
-		v := window{diskBytes: -1}
+		v := window{diskBytes: -1, cpu: -1}
 		if n, ok := diskWritten(); ok {
 			v.diskBytes = n
+		}
+		if c, ok := cpuUsed(); ok {
+			v.cpu = c
 		}
 		if s.syncs != nil {
 			v.fsyncs = s.syncs()
@@ -224,9 +246,12 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 		winEnd.Store(time.Now().UnixNano())
 		w.fsyncs, w.sealed, w.appended = v.fsyncs-before.fsyncs, v.sealed-before.sealed, v.appended-before.appended
 		w.backlogStart, w.backlogEnd, w.seals, w.sealedBefore = before.backlogStart, v.backlogStart, v.seals-before.seals, before.seals
-		w.diskBytes = -1
+		w.diskBytes, w.cpu = -1, -1
 		if v.diskBytes >= 0 && before.diskBytes >= 0 {
 			w.diskBytes = v.diskBytes - before.diskBytes
+		}
+		if v.cpu >= 0 && before.cpu >= 0 {
+			w.cpu = v.cpu - before.cpu
 		}
 	}
 	start, end, warm, capped := measureWindow(ctx, s, t, &acked, snap, failed)

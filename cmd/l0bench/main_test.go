@@ -99,6 +99,18 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCountAndMo
 		if l.Env.Cores == 0 || l.Env.PeakRSSBytes == 0 {
 			t.Fatalf("line %d: env %+v", lines, l.Env)
 		}
+		// Appending costs CPU: a contender reported at none was not measured.
+		for key, fig := range l.Baselines {
+			if fig.CPUMsPerMB.Median <= 0 || fig.CoresBusy.Median <= 0 {
+				t.Fatalf("line %d: %s's CPU: %+v, %+v", lines, key, fig.CPUMsPerMB, fig.CoresBusy)
+			}
+		}
+		if l.Figures.CPUMsPerMB.Median <= 0 || l.Figures.CoresBusy.Median <= 0 {
+			t.Fatalf("line %d: l0's CPU: %+v, %+v", lines, l.Figures.CPUMsPerMB, l.Figures.CoresBusy)
+		}
+	}
+	if !strings.Contains(out.String(), "CPU ms per MB appended") {
+		t.Errorf("no note of the bound the cores put on l0:\n%s", out.String())
 	}
 	if lines != 3 {
 		t.Fatalf("%d result lines, want one per shard count and one for the other durability mode", lines)

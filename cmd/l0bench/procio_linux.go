@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // dataDevice is the statistics file of the block device the runs' data is on
@@ -54,4 +55,15 @@ func readSectorsWritten(path string) (int64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// cpuUsed returns the CPU time this process has used so far, user and system,
+// every thread's: the engine's goroutines, the load generator's and the kernel's
+// work done on their behalf (copies into the page cache, checksums of writes).
+func cpuUsed() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -170,5 +171,21 @@ func TestAppendMeasuresSteadyStateWithSeals(t *testing.T) {
 	// they differ by at most the appends in flight at either end of the window.
 	if d := math.Abs(float64(w.appended) - float64(w.bytes)); d > float64(2*p.appenders*p.batchBytes()) {
 		t.Fatalf("the engine counted %d bytes appended in the window, the appenders %d", w.appended, w.bytes)
+	}
+}
+
+// TestTheCPUBoundIsTheCoresOverTheCostOfAMegabyte: a contender that spends 10
+// CPU ms per MB on 2 cores can reach at most 200 MB/s, which the note puts
+// against the best raw writer's rate.
+func TestTheCPUBoundIsTheCoresOverTheCostOfAMegabyte(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	kinds := []sinkKind{bestRawKind, l0Kind(64, seal.Options{})}
+	figs := []appendFigures{
+		{MBps: spread{Median: 400}, CPUMsPerMB: spread{Median: 1}, CoresBusy: spread{Median: 0.4}},
+		{MBps: spread{Median: 150}, CPUMsPerMB: spread{Median: 10}, CoresBusy: spread{Median: 1.5}},
+	}
+	notes := cpuBoundNotes(kinds, figs, figs[0], []paired{pairRatios([]float64{400}, []float64{400}), pairRatios([]float64{150}, []float64{400})})
+	if len(notes) != 1 || !strings.Contains(notes[0], "at most 200 MB/s, 0.50x the best raw writer; it reached 0.38x") || !strings.Contains(notes[0], "1.50 of 2 cores") {
+		t.Fatalf("notes: %q", notes)
 	}
 }
