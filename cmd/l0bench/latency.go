@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -125,6 +126,9 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 	const shards = 64
 	rounds := cfg.longRounds
 	kinds := []sinkKind{l0Kind(shards, cfg.l0Seal), bestRawKind}
+	if haveMemoryStore() {
+		kinds = append(kinds, l0OffDiskKind(shards, cfg.l0Seal))
+	}
 	prog := newProgress("latency", saturationRuns+rounds*len(kinds))
 	var sats []float64
 	for r := range saturationRuns {
@@ -147,49 +151,34 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 	if err != nil {
 		return err
 	}
-	l0Runs, rawRuns := runs[0], runs[1]
-	var l0Levels, rawLevels []levelFigures
-	ratios := map[string]paired{}
-	var targets []target
+	rawRuns := runs[1]
+	var rawLevels []levelFigures
 	for i, f := range loadFractions {
-		l0Levels = append(l0Levels, summarizeLevel(f, l0Runs, i))
 		rawLevels = append(rawLevels, summarizeLevel(f, rawRuns, i))
-		pct := fmt.Sprintf("%.0f", 100*f)
-		ratios["p50_at_"+pct+"pct_vs_"+bestRaw] = pairRatios(roundQuantiles(levelLats(l0Runs, i), 0.5), roundQuantiles(levelLats(rawRuns, i), 0.5))
-		ratios["p99_at_"+pct+"pct_vs_"+bestRaw] = pairRatios(roundQuantiles(levelLats(l0Runs, i), 0.99), roundQuantiles(levelLats(rawRuns, i), 0.99))
-		if f == 0.5 {
-			for _, q := range []string{"p50", "p99"} {
-				targets = append(targets, bounded("l0 "+q+" at half load over the best raw writer's", 1.5,
-					ratios[q+"_at_50pct_vs_"+bestRaw].PerRound, "too few appends per level for a "+q))
-			}
-		}
 	}
+	// The embedded default, then, where there is one, l0 with its object store off
+	// the WAL's disk, at the same offered loads.
+	l0 := latencyVersus(runs[0], rawRuns, rawLevels, "l0", "")
 	svgPath := strings.TrimSuffix(cfg.results, filepath.Ext(cfg.results)) + "-latency.svg"
-	if err := os.WriteFile(svgPath, latencySVG(l0Levels, rawLevels), 0o644); err != nil {
+	if err := os.WriteFile(svgPath, latencySVG(l0.levels, rawLevels), 0o644); err != nil {
 		return err
 	}
-
 	fmt.Fprintf(out, "latency · l0 in %s mode (-durability) · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (median of %d closed-loop runs in steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level, highest first, after a warm-up at the highest\n",
 		durability, p.recordSize, p.batch, p.appenders, shards, saturation, saturationRuns, rounds, cfg.latencyWindow)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 seals\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
-	unsealed := false
-	for i, f := range loadFractions {
-		l, r := l0Levels[i], rawLevels[i]
-		pct := fmt.Sprintf("%.0f", 100*f)
-		fmt.Fprintf(tw, "%s%%\t%.1f\t%s\t%s\t%s\t%s\t%s (n=%d)\t%s\t%s\t%s\t%s\t%s\t\n", pct, l.OfferedMBps, l.AchievedMBps.median(), l.Seals.median(),
-			l.P50Ms.median(), l.P99Ms.median(), cell(l.Pooled.P999Ms), l.Pooled.Samples, r.P50Ms.median(), r.P99Ms.median(),
-			ratios["p50_at_"+pct+"pct_vs_"+bestRaw], ratios["p99_at_"+pct+"pct_vs_"+bestRaw], cell(l.TimerLate.P99Ms))
-		unsealed = unsealed || l.Seals.Min == 0
-	}
-	if err := tw.Flush(); err != nil {
+	if err := l0.print(out); err != nil {
 		return err
 	}
-	for _, t := range targets {
-		fmt.Fprintln(out, t)
-	}
-	if unsealed {
-		fmt.Fprintln(out, "note: in some rounds l0 sealed nothing during a level, so that level does not show what seals cost")
+	ratios, targets := l0.ratios, l0.targets
+	figures := map[string]any{"saturation_mb_per_s": saturation, "levels": l0.levels}
+	if len(kinds) > 2 {
+		off := latencyVersus(runs[2], rawRuns, rawLevels, "l0 with its object store off the WAL's disk", "off_disk_")
+		fmt.Fprintf(out, "\n%s: the disk holds the WAL alone, as on a server whose object store is across the network; at the same offered loads, beside the same raw runs:\n", kinds[2].name)
+		if err := off.print(out); err != nil {
+			return err
+		}
+		maps.Copy(ratios, off.ratios)
+		targets = append(targets, off.targets...)
+		figures["off_disk_levels"] = off.levels
 	}
 	for _, rs := range runs {
 		if slices.ContainsFunc(rs, func(r levelRun) bool { return r.capped }) {
@@ -197,16 +186,68 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 			break
 		}
 	}
-	fmt.Fprintf(out, "latencies in ms; quantiles are medians of rounds, p99.9 of every round's samples pooled, \"-\" where there were too few samples · chart: %s\n\n", svgPath)
+	fmt.Fprintf(out, "latencies in ms; quantiles are medians of rounds, p99.9 of every round's samples pooled, \"-\" where there were too few samples · chart (l0 beside the WAL): %s\n\n", svgPath)
 	return emit(results, resultLine{
 		Scenario: "latency",
 		Params: map[string]any{"shards": shards, "appenders": p.appenders, "record_size": p.recordSize, "batch": p.batch,
 			"rounds": rounds, "level_window_s": cfg.latencyWindow.Seconds(), "svg": svgPath, "durability": durability.String()},
-		Figures:   map[string]any{"saturation_mb_per_s": saturation, "levels": l0Levels},
+		Figures:   figures,
 		Baselines: map[string]any{bestRaw: map[string]any{"levels": rawLevels}},
 		Ratios:    ratios,
 		Targets:   targets,
 	})
+}
+
+// latencyResult is one l0 contender's levels beside the best raw writer's: its
+// figures, its ratios to the raw writer (keys prefixed) and the half-load targets.
+type latencyResult struct {
+	name              string
+	levels, rawLevels []levelFigures
+	ratios            map[string]paired
+	prefix            string
+	targets           []target
+}
+
+func latencyVersus(runs, rawRuns []levelRun, rawLevels []levelFigures, name, prefix string) latencyResult {
+	res := latencyResult{name: name, rawLevels: rawLevels, ratios: map[string]paired{}, prefix: prefix}
+	for i, f := range loadFractions {
+		res.levels = append(res.levels, summarizeLevel(f, runs, i))
+		pct := fmt.Sprintf("%.0f", 100*f)
+		res.ratios[prefix+"p50_at_"+pct+"pct_vs_"+bestRaw] = pairRatios(roundQuantiles(levelLats(runs, i), 0.5), roundQuantiles(levelLats(rawRuns, i), 0.5))
+		res.ratios[prefix+"p99_at_"+pct+"pct_vs_"+bestRaw] = pairRatios(roundQuantiles(levelLats(runs, i), 0.99), roundQuantiles(levelLats(rawRuns, i), 0.99))
+		if f == 0.5 {
+			for _, q := range []string{"p50", "p99"} {
+				res.targets = append(res.targets, bounded(name+" "+q+" at half load over the best raw writer's", 1.5,
+					res.ratios[prefix+q+"_at_50pct_vs_"+bestRaw].PerRound, "too few appends per level for a "+q))
+			}
+		}
+	}
+	return res
+}
+
+// print writes the table of r's levels and its targets.
+func (r latencyResult) print(out io.Writer) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 seals\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
+	unsealed := false
+	for i, f := range loadFractions {
+		l, raw := r.levels[i], r.rawLevels[i]
+		pct := fmt.Sprintf("%.0f", 100*f)
+		fmt.Fprintf(tw, "%s%%\t%.1f\t%s\t%s\t%s\t%s\t%s (n=%d)\t%s\t%s\t%s\t%s\t%s\t\n", pct, l.OfferedMBps, l.AchievedMBps.median(), l.Seals.median(),
+			l.P50Ms.median(), l.P99Ms.median(), cell(l.Pooled.P999Ms), l.Pooled.Samples, raw.P50Ms.median(), raw.P99Ms.median(),
+			r.ratios[r.prefix+"p50_at_"+pct+"pct_vs_"+bestRaw], r.ratios[r.prefix+"p99_at_"+pct+"pct_vs_"+bestRaw], cell(l.TimerLate.P99Ms))
+		unsealed = unsealed || l.Seals.Min == 0
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, t := range r.targets {
+		fmt.Fprintln(out, t)
+	}
+	if unsealed {
+		fmt.Fprintf(out, "note: in some rounds %s sealed nothing during a level, so that level does not show what seals cost\n", r.name)
+	}
+	return nil
 }
 
 // saturationRuns is how many steady-state closed-loop runs of l0 the latency

@@ -112,8 +112,15 @@ func TestTheAppendScenarioPrintsEveryContenderAndWritesOneLinePerShardCountAndMo
 	if !strings.Contains(out.String(), "CPU ms per MB appended") {
 		t.Errorf("no note of the bound the cores put on l0:\n%s", out.String())
 	}
-	if lines != 3 {
-		t.Fatalf("%d result lines, want one per shard count and one for the other durability mode", lines)
+	want := 3
+	if haveMemoryStore() {
+		want++
+		if !strings.Contains(out.String(), "object store off the WAL's disk, MB/s over the best raw writer's") {
+			t.Errorf("no target for l0 with its object store off the WAL's disk:\n%s", out.String())
+		}
+	}
+	if lines != want {
+		t.Fatalf("%d result lines, want %d: one per shard count, one for the other durability mode and one with the object store off the WAL's disk", lines, want)
 	}
 }
 
@@ -208,7 +215,14 @@ func TestTheLatencyScenarioDrawsItsLevels(t *testing.T) {
 		t.Fatalf("%d quantile lines, want 5", lines)
 	}
 	data, _ := os.ReadFile(cfg.results)
-	if strings.Count(string(data), `"fraction_of_saturation"`) != 2*len(loadFractions) || !strings.Contains(string(data), `"`+bestRaw+`"`) {
+	contenders := 2 // l0 and the best raw writer
+	if haveMemoryStore() {
+		contenders++ // and l0 with its object store off the WAL's disk
+		if !strings.Contains(out.String(), "target l0 with its object store off the WAL's disk p50 at half load over the best raw writer's ≤ 1.50") {
+			t.Fatalf("no half-load target for l0 off the WAL's disk:\n%s", out.String())
+		}
+	}
+	if strings.Count(string(data), `"fraction_of_saturation"`) != contenders*len(loadFractions) || !strings.Contains(string(data), `"`+bestRaw+`"`) {
 		t.Fatalf("result line: %s", data)
 	}
 	if !strings.Contains(out.String(), "target l0 p99 at half load over the best raw writer's ≤ 1.50") {

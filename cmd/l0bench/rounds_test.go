@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -187,5 +188,40 @@ func TestTheCPUBoundIsTheCoresOverTheCostOfAMegabyte(t *testing.T) {
 	notes := cpuBoundNotes(kinds, figs, figs[0], []paired{pairRatios([]float64{400}, []float64{400}), pairRatios([]float64{150}, []float64{400})})
 	if len(notes) != 1 || !strings.Contains(notes[0], "at most 200 MB/s, 0.50x the best raw writer; it reached 0.38x") || !strings.Contains(notes[0], "1.50 of 2 cores") {
 		t.Fatalf("notes: %q", notes)
+	}
+}
+
+// TestTheOffDiskContenderKeepsItsObjectStoreOutOfTheDataDir: l0 with its object
+// store off the WAL's disk writes its WAL in the run's directory and its objects
+// only under the memory store, which its close removes.
+func TestTheOffDiskContenderKeepsItsObjectStoreOutOfTheDataDir(t *testing.T) {
+	defer func(old string) { memoryStore = old }(memoryStore)
+	memoryStore = t.TempDir()
+	dir := t.TempDir()
+	p := appendParams{appenders: 2, recordSize: 1024, batch: 16}
+	s, err := l0OffDiskKind(2, seal.Options{}).open(t.Context(), dir, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range p.appenders {
+		if err := s.append(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bucket")); !os.IsNotExist(err) {
+		t.Fatalf("a bucket in the data directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "engine")); err != nil {
+		t.Fatalf("no engine directory (the WAL) in the data directory: %v", err)
+	}
+	stores, _ := filepath.Glob(filepath.Join(memoryStore, "l0bench-store-*", "bucket"))
+	if len(stores) != 1 {
+		t.Fatalf("stores under the memory store: %q", stores)
+	}
+	if err := s.close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(memoryStore); len(left) != 0 {
+		t.Fatalf("left in the memory store after close: %v", left)
 	}
 }

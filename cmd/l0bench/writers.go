@@ -44,7 +44,9 @@ type sinkKind struct {
 	shards int    // l0's shard count; 0 for the baselines
 	// mode is l0's durability mode, as the results file names it.
 	mode string
-	open func(ctx context.Context, dir string, p appendParams) (*sink, error)
+	// offDisk marks an l0 whose object store is off the WAL's disk (memoryStore).
+	offDisk bool
+	open    func(ctx context.Context, dir string, p appendParams) (*sink, error)
 }
 
 // The contenders' keys. The best raw writer is the limit every other contender is
@@ -81,8 +83,49 @@ func l0KindIn(d engine.Durability, shards int, triggers seal.Options) sinkKind {
 		name = fmt.Sprintf("l0 %s mode", d)
 	}
 	return sinkKind{key: l0Key, name: name, shards: shards, mode: d.String(), open: func(ctx context.Context, dir string, p appendParams) (*sink, error) {
-		return openL0(ctx, dir, p, d, shards, triggers)
+		return openL0(ctx, dir, "", p, d, shards, triggers)
 	}}
+}
+
+// l0OffDiskKind is l0Kind with its object store off the WAL's disk: a local
+// directory in memory (memoryStore), as a server's object store is across the
+// network, so that the disk holds the WAL alone, as it holds the raw writers'
+// file, and only the CPU of shipping and sealing is shared. The embedded default
+// (l0Kind) keeps the store beside the WAL, on the same disk.
+func l0OffDiskKind(shards int, triggers seal.Options) sinkKind {
+	return sinkKind{key: l0Key, name: "l0, object store off the WAL's disk (in memory)", shards: shards, mode: durability.String(), offDisk: true,
+		open: func(ctx context.Context, dir string, p appendParams) (*sink, error) {
+			store, err := os.MkdirTemp(memoryStore, "l0bench-store-")
+			if err != nil {
+				return nil, fmt.Errorf("the object store off the WAL's disk: %w", err)
+			}
+			s, err := openL0(ctx, dir, store, p, durability, shards, triggers)
+			if err != nil {
+				os.RemoveAll(store)
+				return nil, err
+			}
+			closeL0 := s.close
+			s.close = func() error {
+				err := closeL0()
+				os.RemoveAll(store)
+				return err
+			}
+			return s, nil
+		}}
+}
+
+// memoryStore is the file system in memory the off-disk contenders keep their
+// object store on.
+var memoryStore = "/dev/shm"
+
+// haveMemoryStore reports whether memoryStore can hold a directory.
+func haveMemoryStore() bool {
+	d, err := os.MkdirTemp(memoryStore, "l0bench-probe-")
+	if err != nil {
+		return false
+	}
+	os.Remove(d)
+	return true
 }
 
 // rawFileBytes is the size of the best raw writer's file, written once before the
@@ -441,10 +484,14 @@ func rawBatches(p appendParams) [][]byte {
 	return out
 }
 
-// openL0 opens an engine on a local-directory bucket in dir, sealing by triggers,
-// and shards shards on it; appender w appends to shard w mod shards.
-func openL0(ctx context.Context, dir string, p appendParams, d engine.Durability, shards int, triggers seal.Options) (*sink, error) {
-	handles, closeAll, err := openShards(ctx, dir, "append", d, shards, triggers)
+// openL0 opens an engine in dir on a local-directory bucket in store (default: in
+// dir), sealing by triggers, and shards shards on it; appender w appends to shard
+// w mod shards.
+func openL0(ctx context.Context, dir, store string, p appendParams, d engine.Durability, shards int, triggers seal.Options) (*sink, error) {
+	if store == "" {
+		store = dir
+	}
+	handles, closeAll, err := openShards(ctx, dir, store, "append", d, shards, triggers)
 	if err != nil {
 		return nil, err
 	}
@@ -464,10 +511,10 @@ type l0Shards struct {
 	shards []*shard.Shard
 }
 
-// openShards opens an engine in dir, on a local-directory bucket there, as it runs
-// in production, and n shards on it; closeAll closes the engine and the bucket.
-func openShards(ctx context.Context, dir, label string, d engine.Durability, n int, triggers seal.Options) (l0Shards, func(), error) {
-	bucket, err := localBucket(filepath.Join(dir, "bucket"))
+// openShards opens an engine in dir, on a local-directory bucket in store, and n
+// shards on it; closeAll closes the engine and the bucket.
+func openShards(ctx context.Context, dir, store, label string, d engine.Durability, n int, triggers seal.Options) (l0Shards, func(), error) {
+	bucket, err := localBucket(filepath.Join(store, "bucket"))
 	if err != nil {
 		return l0Shards{}, nil, err
 	}
