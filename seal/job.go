@@ -174,9 +174,7 @@ func (j Job) settle(ctx context.Context) ([]Committed, error) {
 	for _, d := range j.Doubts.Take() {
 		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.Part.Key })
 		if i < 0 {
-			if d.File != "" {
-				j.FS.Remove(d.File) // never committed: an orphan object
-			}
+			RemoveFile(j.FS, d.File) // never committed: an orphan object
 			continue
 		}
 		p := m.Parts[i]
@@ -333,6 +331,14 @@ func nonce() string {
 	var b [6]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// RemoveFile removes a part's local file, where it has one: a part written
+// straight into its bucket (Job.Direct) has none.
+func RemoveFile(fsys vfs.FS, file string) {
+	if file != "" {
+		fsys.Remove(file)
+	}
 }
 
 // CleanDir removes part files that a crash left in dir: no manifest names them.

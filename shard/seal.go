@@ -47,11 +47,7 @@ func (s *Shard) job() seal.Job {
 func (s *Shard) copy(committed []seal.Committed) {
 	for _, c := range committed {
 		p, file := c.Part, c.File
-		remove := func() {
-			if file != "" {
-				s.cfg.FS.Remove(file)
-			}
-		}
+		remove := func() { seal.RemoveFile(s.cfg.FS, file) }
 		targets := s.cfg.Replicas.Missing(p.Replicas)
 		if len(targets) == 0 {
 			remove()

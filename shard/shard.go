@@ -256,9 +256,7 @@ func (s *Shard) closed() {
 	var parts []manifest.Part
 	for _, d := range s.doubts.Take() {
 		parts = append(parts, d.Part)
-		if d.File != "" {
-			s.cfg.FS.Remove(d.File)
-		}
+		seal.RemoveFile(s.cfg.FS, d.File)
 	}
 	s.cfg.Events.ShardClosed(s.id, parts)
 }

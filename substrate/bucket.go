@@ -78,10 +78,7 @@ func (b *Bucket) PutIfAbsent(ctx context.Context, key string, body io.ReadSeeker
 }
 
 // Streams reports whether NewWriter works on this bucket.
-func (b *Bucket) Streams() bool {
-	wd, ok := b.driver.(WriterDriver)
-	return ok && wd.Streams()
-}
+func (b *Bucket) Streams() bool { return Streams(b.driver) }
 
 // NewWriter starts an object under key whose bytes are written as they are
 // produced, and become the object, if cond holds, at Commit: Put without a body
@@ -98,10 +95,10 @@ func (b *Bucket) NewWriter(ctx context.Context, key string, cond Condition) (*Wr
 	if err := b.check(ctx, op, key); err != nil {
 		return nil, err
 	}
-	wd, ok := b.driver.(WriterDriver)
-	if !ok || !wd.Streams() {
+	if !Streams(b.driver) {
 		return nil, b.wrap(op, key, errors.ErrUnsupported)
 	}
+	wd := b.driver.(WriterDriver)
 	start := time.Now()
 	w, err := wd.NewWriter(ctx, key, cond)
 	if err != nil {

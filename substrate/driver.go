@@ -49,6 +49,13 @@ type WriterDriver interface {
 	NewWriter(ctx context.Context, key string, cond Condition) (DriverWriter, error)
 }
 
+// Streams reports whether d takes objects as streams: a WriterDriver whose
+// Streams says so.
+func Streams(d Driver) bool {
+	wd, ok := d.(WriterDriver)
+	return ok && wd.Streams()
+}
+
 // DriverWriter is an object being written. Commit makes what was written the object
 // under its key if the condition holds, atomically as Put does (the same errors);
 // Abort drops it. Nothing is visible under the key before Commit returns, and a

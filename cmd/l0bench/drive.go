@@ -122,7 +122,7 @@ func (w window) cpuMsPerMB() float64 {
 	if w.cpu < 0 || w.bytes == 0 {
 		return 0
 	}
-	return float64(w.cpu.Milliseconds()) / (float64(w.bytes) / 1e6)
+	return w.cpu.Seconds() * 1000 / (float64(w.bytes) / 1e6)
 }
 
 // coresBusy is the CPU time used in the window over its length.

@@ -177,12 +177,8 @@ func opOf(cond substrate.Condition) substrate.Op {
 	return substrate.OpPut
 }
 
-// Put implements substrate.Driver.
 // Streams reports whether the wrapped driver takes objects as streams.
-func (d *Driver) Streams() bool {
-	wd, ok := d.next.(substrate.WriterDriver)
-	return ok && wd.Streams()
-}
+func (d *Driver) Streams() bool { return substrate.Streams(d.next) }
 
 // NewWriter starts an object on the wrapped driver; the rules for its write apply
 // at Commit, as they do to a Put.
@@ -216,6 +212,7 @@ func (w *writer) Commit(ctx context.Context) (substrate.Attrs, error) {
 	return attrs, dec.after(err)
 }
 
+// Put implements substrate.Driver.
 func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, cond substrate.Condition) (substrate.Attrs, error) {
 	dec := d.decide(opOf(cond), key)
 	if ok, err := dec.before(ctx); !ok {

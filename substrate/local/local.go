@@ -261,8 +261,6 @@ func (d *Driver) NewWriter(ctx context.Context, key string, cond substrate.Condi
 // before their writeback to the disk is started.
 const writebackEvery = 1 << 20
 
-var _ substrate.WriterDriver = (*Driver)(nil)
-
 // writer is an object being written by NewWriter.
 type writer struct {
 	d          *Driver
