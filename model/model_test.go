@@ -147,11 +147,23 @@ func simulate(t *testing.T, quint, module, invariant string, seed uint64, sample
 		"--max-samples", strconv.Itoa(samples), "--max-steps", strconv.Itoa(steps),
 		"--seed", strconv.FormatUint(seed, 10),
 		"--invariants", invariant, "--verbosity", "2")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	// Quint's output goes to a file, not a pipe: node queues what a full pipe
+	// does not take and exits without writing it, so that under load the verdict
+	// at the end of a long trace was lost (and the run taken for a failure).
+	out, err := os.CreateTemp(t.TempDir(), "quint-*.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
-	err := cmd.Run()
-	r := result{seed: seed, took: time.Since(start), output: out.String()}
+	err = cmd.Run()
+	took := time.Since(start)
+	output, rerr := os.ReadFile(out.Name())
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	r := result{seed: seed, took: took, output: string(output)}
 	r.summary, r.traces = summarize(r.output)
 	var exit *exec.ExitError
 	switch {
