@@ -229,3 +229,16 @@ func TestTheOffDiskContenderKeepsItsObjectStoreOutOfTheDataDir(t *testing.T) {
 		t.Fatalf("left in the memory store after close: %v", left)
 	}
 }
+
+// TestTheSealBoundIsZstdsTimeOverTheSealsCPU: the seal note splits the median seal
+// into CPU and waiting, and bounds it by zstd's time over the seal's CPU.
+func TestTheSealBoundIsZstdsTimeOverTheSealsCPU(t *testing.T) {
+	seal := []timed{{wall: 120 * time.Millisecond, cpu: 100 * time.Millisecond}, {wall: 130 * time.Millisecond, cpu: 104 * time.Millisecond}, {wall: 100 * time.Millisecond, cpu: 96 * time.Millisecond}}
+	zstd := []timed{{wall: 80 * time.Millisecond}, {wall: 60 * time.Millisecond}, {wall: 90 * time.Millisecond}}
+	note := sealBoundNote(seal, zstd)
+	for _, want := range []string{"took 120.0 ms", "100.0 ms of CPU", "zstd alone: 80.0 ms", "20.0 ms waiting", "bounds it at 0.80x zstd"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("note %q lacks %q", note, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -146,34 +147,50 @@ func appendAll(ctx context.Context, sh *shard.Shard, recs [][]byte) error {
 	return nil
 }
 
+// settle waits until e's tail has shipped every page appended, then writes back
+// every dirty page of the machine: what the backlog's appends left running must
+// not share the disk and cores with the seal measured after them.
+func settle(ctx context.Context, e *engine.Engine) error {
+	for e.Metrics().TailUnshippedBytes > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	syscall.Sync()
+	return nil
+}
+
 // runSeal times one seal of recs, appended first, into a part on a local-directory
 // bucket.
-func runSeal(ctx context.Context, dir string, recs [][]byte) (time.Duration, error) {
+func runSeal(ctx context.Context, dir string, recs [][]byte) (timed, error) {
 	defer os.RemoveAll(dir)
 	bucket, err := localBucket(filepath.Join(dir, "bucket"))
 	if err != nil {
-		return 0, err
+		return timed{}, err
 	}
 	defer bucket.Close()
 	e, sh, err := backlog(ctx, filepath.Join(dir, "engine"), bucket, "seal", recs)
 	if err != nil {
-		return 0, err
+		return timed{}, err
 	}
 	defer e.Close()
-	start := time.Now()
-	res, err := sh.Seal(ctx, 1<<40)
-	took := time.Since(start)
-	if err == nil && res.Records != uint64(len(recs)) {
-		err = fmt.Errorf("sealed %d records of %d", res.Records, len(recs))
+	if err := settle(ctx, e); err != nil {
+		return timed{}, err
 	}
-	return took, err
+	return timeIt(func() error {
+		res, err := sh.Seal(ctx, 1<<40)
+		if err == nil && res.Records != uint64(len(recs)) {
+			err = fmt.Errorf("sealed %d records of %d", res.Records, len(recs))
+		}
+		return err
+	})
 }
 
-// runZstd times compressing recs as the part writer lays them out, in blocks of
-// part.DefaultBlockSize at the level seals use, on one core.
-func runZstd(enc *zstd.Encoder, recs [][]byte) time.Duration {
+// compressAll compresses recs as the part writer lays them out, in blocks of
+// part.DefaultBlockSize, with enc: the seal's work on one core, without the rest.
+func compressAll(enc *zstd.Encoder, recs [][]byte) {
 	var block, out []byte
-	start := time.Now()
 	for _, r := range recs {
 		block = append(block, r...)
 		if len(block) >= part.DefaultBlockSize {
@@ -184,7 +201,6 @@ func runZstd(enc *zstd.Encoder, recs [][]byte) time.Duration {
 	if len(block) > 0 {
 		enc.EncodeAll(block, out[:0])
 	}
-	return time.Since(start)
 }
 
 // runInherited leaves a backlog of recs unsealed (Retire, then close the engine),
