@@ -30,8 +30,12 @@ type Metrics struct {
 	// l0_append_errors_total).
 	AppendErrors map[string]uint64
 	// WALFsyncs counts the WAL's fsyncs; with concurrent appends it grows more slowly
-	// than Appends, by the group commit.
-	WALFsyncs uint64
+	// than Appends, by the group commit. WALWrittenBytes counts the bytes of its
+	// groups, and WALWriteTime and WALFsyncTime the time its flusher spent writing
+	// and syncing them, each call's wait for a core after it returned included.
+	WALFsyncs                  uint64
+	WALWrittenBytes            uint64
+	WALWriteTime, WALFsyncTime time.Duration
 	// Seals, EmptySeals, SealFailures, Objects and SealedBytes count the seals of
 	// all shards: those that sealed something, those that found nothing, failures,
 	// objects written and record bytes sealed.
@@ -90,26 +94,26 @@ var reasons = []string{reasonInvalid, reasonClosed, reasonCanceled, reasonFenced
 type metrics struct {
 	e *Engine
 
-	appends    prometheus.Counter
-	records    prometheus.Counter
-	bytes      prometheus.Counter
-	duration   prometheus.Histogram
-	errors     *prometheus.CounterVec
-	fsyncs     prometheus.CounterFunc
-	stranded   prometheus.Counter
-	tailTaken  prometheus.Counter
-	lag        prometheus.Histogram
-	uploads    []prometheus.Collector
-	seals      []prometheus.Collector
-	tail       []prometheus.Collector
-	fences     prometheus.Counter // fences this engine put on another's tail
-	fencesMet  prometheus.Counter // fences it found in place
-	collected  prometheus.Counter // tail objects deleted
-	flushTook  prometheus.Histogram
-	shipWait   prometheus.Histogram
-	unsealed   *prometheus.Desc
-	oldestAge  *prometheus.Desc
-	lastFsyncs atomic.Uint64 // the WAL's count, kept for Metrics after Close
+	appends     prometheus.Counter
+	records     prometheus.Counter
+	bytes       prometheus.Counter
+	duration    prometheus.Histogram
+	errors      *prometheus.CounterVec
+	commits     []prometheus.Collector // the WAL's group commits
+	stranded    prometheus.Counter
+	tailTaken   prometheus.Counter
+	lag         prometheus.Histogram
+	uploads     []prometheus.Collector
+	seals       []prometheus.Collector
+	tail        []prometheus.Collector
+	fences      prometheus.Counter // fences this engine put on another's tail
+	fencesMet   prometheus.Counter // fences it found in place
+	collected   prometheus.Counter // tail objects deleted
+	flushTook   prometheus.Histogram
+	shipWait    prometheus.Histogram
+	unsealed    *prometheus.Desc
+	oldestAge   *prometheus.Desc
+	lastCommits atomic.Pointer[wal.Commits] // the WAL's, kept for Metrics after Close
 
 	registerer prometheus.Registerer
 	registered []prometheus.Collector
@@ -226,9 +230,20 @@ func newMetrics(e *Engine) *metrics {
 		}, func() float64 { _, pooled := e.log.Segments(); return float64(pooled) }),
 		m.fences, m.fencesMet, m.collected, m.flushTook, m.shipWait,
 	}
-	m.fsyncs = prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "l0_wal_fsyncs_total", Help: "Fsyncs of the WAL; one serves many concurrent appends.",
-	}, func() float64 { return float64(m.walFsyncs()) })
+	commits := func(name, help string, f func(wal.Commits) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return f(m.walCommits()) })
+	}
+	m.commits = []prometheus.Collector{
+		commits("l0_wal_fsyncs_total", "Fsyncs of the WAL; one serves many concurrent appends.",
+			func(c wal.Commits) float64 { return float64(c.Groups) }),
+		commits("l0_wal_written_bytes_total", "Bytes the WAL wrote in its group commits.",
+			func(c wal.Commits) float64 { return float64(c.Bytes) }),
+		commits("l0_wal_write_seconds_total", "Time the WAL's flusher spent in its writes, each one's wait for a core after it returned included.",
+			func(c wal.Commits) float64 { return c.Write.Seconds() }),
+		commits("l0_wal_fsync_seconds_total", "Time the WAL's flusher spent in its fsyncs, each one's wait for a core after it returned included: over l0_wal_fsyncs_total, the mean fsync.",
+			func(c wal.Commits) float64 { return c.Sync.Seconds() }),
+	}
 	for _, r := range reasons {
 		m.errors.WithLabelValues(r)
 	}
@@ -240,7 +255,8 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.registerer = reg
-	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.fsyncs, m.stranded, m.tailTaken, shardCollector{m}}, m.seals...)
+	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.stranded, m.tailTaken, shardCollector{m}}, m.seals...)
+	all = append(all, m.commits...)
 	all = append(all, m.tail...)
 	for _, c := range append(all, m.uploads...) {
 		if err := reg.Register(c); err != nil {
@@ -253,18 +269,22 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 }
 
 func (m *metrics) unregister() {
-	m.lastFsyncs.Store(m.walFsyncs())
+	c := m.walCommits()
+	m.lastCommits.Store(&c)
 	for _, c := range m.registered {
 		m.registerer.Unregister(c)
 	}
 	m.registered = nil
 }
 
-func (m *metrics) walFsyncs() uint64 {
-	if n := m.e.log.Fsyncs(); n > 0 {
-		return n
+func (m *metrics) walCommits() wal.Commits {
+	if c := m.e.log.Commits(); c.Groups > 0 {
+		return c
 	}
-	return m.lastFsyncs.Load()
+	if c := m.lastCommits.Load(); c != nil {
+		return *c
+	}
+	return wal.Commits{}
 }
 
 // observeShipped counts a tail object shipped (event.Listener.TailShipped).
@@ -334,11 +354,12 @@ func (e *Engine) Metrics() Metrics {
 		AppendedBytes:    counterValue(m.bytes),
 		AppendDuration:   time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
 		AppendErrors:     make(map[string]uint64, len(reasons)),
-		WALFsyncs:        m.walFsyncs(),
 		StrandedRecords:  counterValue(m.stranded),
 		TailRecordsTaken: counterValue(m.tailTaken),
 		Shards:           make(map[string]ShardMetrics),
 	}
+	c := m.walCommits()
+	out.WALFsyncs, out.WALWrittenBytes, out.WALWriteTime, out.WALFsyncTime = c.Groups, c.Bytes, c.Write, c.Sync
 	st := e.sealer.Stats()
 	out.Seals, out.EmptySeals, out.SealFailures, out.Objects, out.SealedBytes = st.Seals, st.EmptySeals, st.Failures, st.Objects, st.SealedBytes
 	us := e.uploader.Stats()

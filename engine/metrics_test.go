@@ -35,8 +35,9 @@ l0_appended_records_total 0
 	if n, err := testutil.GatherAndCount(reg, "l0_append_errors_total"); err != nil || n != len(reasons) {
 		t.Fatalf("l0_append_errors_total has %d series (%v), want one per reason", n, err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "l0_append_duration_seconds", "l0_wal_fsyncs_total"); err != nil || n != 2 {
-		t.Fatalf("duration and fsyncs: %d series (%v)", n, err)
+	if n, err := testutil.GatherAndCount(reg, "l0_append_duration_seconds", "l0_wal_fsyncs_total", "l0_wal_written_bytes_total",
+		"l0_wal_write_seconds_total", "l0_wal_fsync_seconds_total"); err != nil || n != 5 {
+		t.Fatalf("duration and group commits: %d series (%v)", n, err)
 	}
 	tailSeries := []string{"l0_tail_puts_total", "l0_tail_bytes_total", "l0_tail_put_failures_total",
 		"l0_tail_unshipped_bytes", "l0_tail_unshipped_age_seconds", "l0_tail_fences_written_total",
@@ -72,6 +73,12 @@ func TestAppendsAreCountedInTheRegistryAndTheSnapshot(t *testing.T) {
 	// right after an append may trail by one.
 	if n := m.WALFsyncs - before; n < 2 || n > 5 {
 		t.Fatalf("%d fsyncs for 3 sequential appends", n)
+	}
+	if m.WALWrittenBytes < 15 || m.WALFsyncTime <= 0 || m.WALWriteTime <= 0 {
+		t.Fatalf("group commits: %d bytes written in %v, synced in %v", m.WALWrittenBytes, m.WALWriteTime, m.WALFsyncTime)
+	}
+	if got := gathered(t, reg, "l0_wal_fsync_seconds_total"); got <= 0 {
+		t.Errorf("l0_wal_fsync_seconds_total = %v, want > 0", got)
 	}
 	if s := m.Shards["orders-7"]; s.UnsealedBytes != 15 || s.OldestUnsealed.IsZero() {
 		t.Fatalf("shard snapshot: %+v", s)

@@ -743,6 +743,25 @@ func (l *Log) logShardEntry(kind byte, shard string, v uint64) error {
 // Fsyncs returns how many times the log synced a segment.
 func (l *Log) Fsyncs() uint64 { return l.w.syncs.Load() }
 
+// Commits counts the log's group commits: the groups written and synced, their
+// bytes, and the time its flusher spent in the writes and in the fsyncs, on the
+// log's clock. A call's time is as the flusher saw it: the disk's, and any wait
+// for a core once the call returned. Over a span, the time that is in neither is
+// the flusher waiting for entries, or for a core to take them.
+type Commits struct {
+	Groups      uint64
+	Bytes       uint64
+	Write, Sync time.Duration
+}
+
+// Commits returns the log's group commits so far.
+func (l *Log) Commits() Commits {
+	return Commits{
+		Groups: l.w.syncs.Load(), Bytes: l.w.written.Load(),
+		Write: time.Duration(l.w.writeNanos.Load()), Sync: time.Duration(l.w.syncNanos.Load()),
+	}
+}
+
 // Segments returns how many segment files the log holds: those with pages not yet
 // sealed (and the current one), and those kept to be reused.
 func (l *Log) Segments() (live, pooled int) { return l.w.segments() }

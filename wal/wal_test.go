@@ -519,3 +519,33 @@ func (c *ticking) Now() time.Time {
 	c.at = c.at.Add(time.Millisecond)
 	return c.at
 }
+
+// TestCommitsCountEachGroupItsBytesAndItsTime: the group-commit counters say how
+// many groups were synced, at least the bytes appended, and time in the writes and
+// the fsyncs.
+func TestCommitsCountEachGroupItsBytesAndItsTime(t *testing.T) {
+	l := open(t, t.TempDir(), Options{})
+	defer l.Close()
+	before := l.Commits()
+	payload := 0
+	for i := range 5 {
+		rs := recs(fmt.Sprintf("c%d", i), 8)
+		for _, r := range rs {
+			payload += len(r)
+		}
+		if _, err := l.Append(t.Context(), "s", 0, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := l.Commits()
+	groups := c.Groups - before.Groups
+	if groups < 5 || c.Groups != l.Fsyncs() {
+		t.Fatalf("%d groups for 5 appends one after another, Fsyncs %d", groups, l.Fsyncs())
+	}
+	if c.Bytes-before.Bytes < uint64(payload) {
+		t.Fatalf("%d bytes written for %d bytes of records", c.Bytes-before.Bytes, payload)
+	}
+	if c.Write <= before.Write || c.Sync <= before.Sync {
+		t.Fatalf("no time in the writes (%v) or the fsyncs (%v)", c.Write-before.Write, c.Sync-before.Sync)
+	}
+}

@@ -108,7 +108,9 @@ type writer struct {
 	wake  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
-	syncs atomic.Uint64
+	// syncs counts the groups synced; written their bytes; writeNanos and
+	// syncNanos the time in their writes and fsyncs (see Commits).
+	syncs, written, writeNanos, syncNanos atomic.Uint64
 	// started is set once the flusher runs.
 	started bool
 }
@@ -342,13 +344,20 @@ func (w *writer) flushOne() bool {
 // writeSync writes one group and syncs it. A broken build acknowledges it before the
 // sync.
 func (w *writer) writeSync(out []byte, g *group) error {
-	if _, err := w.file.Write(out); err != nil {
+	start := w.opts.Clock.Now()
+	n, err := w.file.Write(out)
+	w.written.Add(uint64(n))
+	wrote := w.opts.Clock.Now()
+	w.writeNanos.Add(uint64(max(wrote.Sub(start), 0)))
+	if err != nil {
 		return fmt.Errorf("wal: write: %w", err)
 	}
 	if broken.Is(broken.AckBeforeSync) {
 		g.finish(nil)
 	}
-	if err := w.file.SyncData(); err != nil {
+	err = w.file.SyncData()
+	w.syncNanos.Add(uint64(max(w.opts.Clock.Now().Sub(wrote), 0)))
+	if err != nil {
 		return fmt.Errorf("wal: sync: %w", err)
 	}
 	w.syncs.Add(1)

@@ -90,8 +90,11 @@ type window struct {
 	elapsed time.Duration
 	lat     []time.Duration // their ack latencies
 	fsyncs  uint64
-	warmup  time.Duration // how long the run warmed up
-	capped  bool          // the warm-up ended at maxWarmup, not warm
+	// writeTime and syncTime are the writer's time in its writes and fsyncs in the
+	// window (-1 where it does not say).
+	writeTime, syncTime time.Duration
+	warmup              time.Duration // how long the run warmed up
+	capped              bool          // the warm-up ended at maxWarmup, not warm
 	// For l0: what it sealed in the window and what it left unsealed.
 	sealed, appended         uint64 // record bytes
 	backlogStart, backlogEnd uint64
@@ -140,6 +143,25 @@ func (w window) appendsPerSync() float64 {
 	}
 	return float64(w.ops) / float64(w.fsyncs)
 }
+
+// groupMs is the window's length over its fsyncs: how often a group committed.
+func (w window) groupMs() float64 {
+	if w.fsyncs == 0 {
+		return 0
+	}
+	return ms(w.elapsed) / float64(w.fsyncs)
+}
+
+// perGroupMs is d, a time in the window, per fsync; -1 where unknown.
+func (w window) perGroupMs(d time.Duration) float64 {
+	if d < 0 || w.fsyncs == 0 {
+		return -1
+	}
+	return ms(d) / float64(w.fsyncs)
+}
+
+func (w window) writeMs() float64 { return w.perGroupMs(w.writeTime) }
+func (w window) fsyncMs() float64 { return w.perGroupMs(w.syncTime) }
 
 // sealedShare is the record bytes sealed in the window over those appended in it:
 // about 1 when seals keep pace with appends.
@@ -224,7 +246,7 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 	}
 	var before window
 	snap := func(end bool) {
-		v := window{diskBytes: -1, cpu: -1}
+		v := window{diskBytes: -1, cpu: -1, writeTime: -1, syncTime: -1}
 		if n, ok := diskWritten(); ok {
 			v.diskBytes = n
 		}
@@ -232,7 +254,8 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 			v.cpu = c
 		}
 		if s.syncs != nil {
-			v.fsyncs = s.syncs()
+			c := s.syncs()
+			v.fsyncs, v.writeTime, v.syncTime = c.fsyncs, c.write, c.sync
 		}
 		if s.l0 != nil {
 			st := s.l0.sealState()
@@ -246,7 +269,13 @@ func runClosed(ctx context.Context, s *sink, p appendParams, t timing) (window, 
 		winEnd.Store(time.Now().UnixNano())
 		w.fsyncs, w.sealed, w.appended = v.fsyncs-before.fsyncs, v.sealed-before.sealed, v.appended-before.appended
 		w.backlogStart, w.backlogEnd, w.seals, w.sealedBefore = before.backlogStart, v.backlogStart, v.seals-before.seals, before.seals
-		w.diskBytes, w.cpu = -1, -1
+		w.diskBytes, w.cpu, w.writeTime, w.syncTime = -1, -1, -1, -1
+		if v.writeTime >= 0 && before.writeTime >= 0 {
+			w.writeTime = v.writeTime - before.writeTime
+		}
+		if v.syncTime >= 0 && before.syncTime >= 0 {
+			w.syncTime = v.syncTime - before.syncTime
+		}
 		if v.diskBytes >= 0 && before.diskBytes >= 0 {
 			w.diskBytes = v.diskBytes - before.diskBytes
 		}

@@ -101,6 +101,7 @@ type config struct {
 	lagFor        time.Duration
 	quick         bool
 	extras        bool         // append: pebble DB with 16 keys per append too
+	only          string       // append: only the contenders whose name holds it, and the best raw writer
 	l0Seal        seal.Options // l0's seal triggers in append and latency; zero: the defaults
 	shards        []int
 	appenders     int
@@ -130,6 +131,7 @@ func main() {
 	flag.DurationVar(&cfg.latencyWindow, "latency-window", 2*time.Second, "latency: measurement window of each load level")
 	flag.DurationVar(&cfg.mixedFor, "mixed-for", 4*time.Second, "mixed: measured time of each run, after a settling second")
 	flag.DurationVar(&cfg.lagFor, "lag-for", 15*time.Second, "lag: time under load, split into -rounds slices")
+	flag.StringVar(&cfg.only, "contenders", "", "append: run only the contenders whose name contains this, and the best raw writer, e.g. \"off the WAL\" to profile one")
 	flag.BoolVar(&cfg.extras, "pebble-16-keys", false, "append: add pebble DB with one key per record (16 per append), as l0bench once measured it")
 	flag.BoolVar(&cfg.quick, "quick", false, "short windows and small data, for a smoke test: the figures mean little")
 	flag.StringVar(&shards, "shards", "1,8,64", "append: shard counts")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/seal"
 )
 
@@ -240,5 +241,36 @@ func TestTheSealBoundIsZstdsTimeOverTheSealsCPU(t *testing.T) {
 		if !strings.Contains(note, want) {
 			t.Errorf("note %q lacks %q", note, want)
 		}
+	}
+}
+
+// TestTheGroupCommitNoteSplitsTheSlowerCycle: an l0 whose WAL commits more slowly
+// than the WAL alone is told where the difference is; a faster one, a baseline and
+// Remote mode are not.
+func TestTheGroupCommitNoteSplitsTheSlowerCycle(t *testing.T) {
+	alone := appendFigures{GroupMs: spread{Median: 1.0, Rounds: 1}, WriteMs: spread{Median: 0.1, Rounds: 1}, FsyncMs: spread{Median: 0.8, Rounds: 1}}
+	slow := appendFigures{GroupMs: spread{Median: 1.7, Rounds: 1}, WriteMs: spread{Median: 0.2, Rounds: 1}, FsyncMs: spread{Median: 1.1, Rounds: 1}}
+	fast := appendFigures{GroupMs: spread{Median: 0.9, Rounds: 1}, WriteMs: spread{Median: 0.1, Rounds: 1}, FsyncMs: spread{Median: 0.7, Rounds: 1}}
+	kinds := []sinkKind{l0WALKind, l0Kind(64, seal.Options{}), l0KindIn(engine.Remote, 64, seal.Options{}), l0OffDiskKind(64, seal.Options{})}
+	notes := groupCommitNotes(kinds, []appendFigures{alone, slow, slow, fast}, alone)
+	if len(notes) != 1 {
+		t.Fatalf("notes: %q", notes)
+	}
+	for _, want := range []string{"every 1.70 ms against 1.00 ms", "the write +0.10 ms", "the fsync +0.30 ms", "between groups +0.30 ms"} {
+		if !strings.Contains(notes[0], want) {
+			t.Errorf("note %q lacks %q", notes[0], want)
+		}
+	}
+}
+
+// TestContendersKeepsTheBestRawWriter: -contenders narrows the append contenders
+// to those it names, and keeps the best raw writer every ratio is taken against.
+func TestContendersKeepsTheBestRawWriter(t *testing.T) {
+	ks := onlyKinds(appendKinds([]int{8, 64}, seal.Options{}, false), "WAL alone")
+	if len(ks) != 2 || ks[0].key != bestRaw || ks[1].key != l0WAL {
+		t.Fatalf("kept %v", ks)
+	}
+	if all := appendKinds([]int{8, 64}, seal.Options{}, false); len(onlyKinds(all, "")) != len(all) {
+		t.Fatal("no filter dropped contenders")
 	}
 }

@@ -203,6 +203,17 @@ func presentSpread(vs []float64) spread {
 	return spreadOf(present)
 }
 
+// knownSpread is the spread of the values that are known, not negative.
+func knownSpread(vs []float64) spread {
+	var known []float64
+	for _, v := range vs {
+		if v >= 0 {
+			known = append(known, v)
+		}
+	}
+	return spreadOf(known)
+}
+
 func summarizeLatencies(ds []time.Duration) latencies {
 	s := slices.Clone(ds)
 	slices.Sort(s)

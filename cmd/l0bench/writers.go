@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/record"
@@ -29,12 +30,41 @@ import (
 // Every sink makes an append durable (fdatasync'd) before it returns.
 type sink struct {
 	append func(w int) error // appender w appends its batch
-	syncs  func() uint64     // fsyncs so far
+	syncs  func() commits    // its group commits so far
 	close  func() error
 	l0     *l0Shards // for l0: its seals are measured beside its appends
 	// warmBytes marks a contender whose state grows with what it is given, which
 	// warms up by bytes as well as by time (timing.warmupBytes).
 	warmBytes bool
+}
+
+// commits count a contender's group commits: its fsyncs, and the time its writer
+// spent in the writes and in the fsyncs (-1 where it does not say).
+type commits struct {
+	fsyncs      uint64
+	write, sync time.Duration
+}
+
+// timedCommits counts the commits of a raw writer, which times its own calls.
+type timedCommits struct{ fsyncs, write, sync atomic.Uint64 }
+
+// writeSync writes with write and syncs with sync, timing both.
+func (c *timedCommits) writeSync(write, sync func() error) error {
+	start := time.Now()
+	err := write()
+	wrote := time.Now()
+	c.write.Add(uint64(wrote.Sub(start)))
+	if err != nil {
+		return err
+	}
+	err = sync()
+	c.sync.Add(uint64(time.Since(wrote)))
+	c.fsyncs.Add(1)
+	return err
+}
+
+func (c *timedCommits) load() commits {
+	return commits{fsyncs: c.fsyncs.Load(), write: time.Duration(c.write.Load()), sync: time.Duration(c.sync.Load())}
 }
 
 // sinkKind is a contender of the append and latency scenarios.
@@ -166,7 +196,7 @@ func openBestRaw(_ context.Context, dir string, p appendParams) (*sink, error) {
 		kick   = make(chan struct{}, 1)
 		quit   = make(chan struct{})
 		exited = make(chan struct{})
-		fsyncs atomic.Uint64
+		timed  timedCommits
 	)
 	go func() {
 		defer close(exited)
@@ -189,11 +219,8 @@ func openBestRaw(_ context.Context, dir string, p appendParams) (*sink, error) {
 			if off+int64(len(data)) > rawFileBytes {
 				off = 0
 			}
-			_, err := f.WriteAt(data, off)
-			if err == nil {
-				err = syscall.Fdatasync(int(f.Fd()))
-				fsyncs.Add(1)
-			}
+			err := timed.writeSync(func() error { _, err := f.WriteAt(data, off); return err },
+				func() error { return syscall.Fdatasync(int(f.Fd())) })
 			off += int64(len(data))
 			b.err = err
 			close(b.done)
@@ -217,7 +244,7 @@ func openBestRaw(_ context.Context, dir string, p appendParams) (*sink, error) {
 			<-b.done
 			return b.err
 		},
-		syncs: fsyncs.Load,
+		syncs: timed.load,
 		close: func() error { close(quit); <-exited; return f.Close() },
 	}, nil
 }
@@ -236,7 +263,7 @@ func openSerialRaw(_ context.Context, dir string, p appendParams) (*sink, error)
 		done chan error
 	}
 	reqs := make(chan req, p.appenders)
-	var fsyncs atomic.Uint64
+	var timed timedCommits
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -256,11 +283,8 @@ func openSerialRaw(_ context.Context, dir string, p appendParams) (*sink, error)
 					break drain
 				}
 			}
-			_, err := f.Write(buf)
-			if err == nil {
-				err = syscall.Fdatasync(int(f.Fd()))
-				fsyncs.Add(1)
-			}
+			err := timed.writeSync(func() error { _, err := f.Write(buf); return err },
+				func() error { return syscall.Fdatasync(int(f.Fd())) })
 			for _, r := range pending {
 				r.done <- err
 			}
@@ -276,7 +300,7 @@ func openSerialRaw(_ context.Context, dir string, p appendParams) (*sink, error)
 			reqs <- req{bufs[w], dones[w]}
 			return <-dones[w]
 		},
-		syncs: fsyncs.Load,
+		syncs: timed.load,
 		close: func() error { close(reqs); <-exited; return f.Close() },
 	}, nil
 }
@@ -333,13 +357,7 @@ func openPebbleWAL(_ context.Context, dir string, p appendParams) (*sink, error)
 			return syncErr
 		},
 		warmBytes: true,
-		syncs: func() uint64 {
-			var c dto.Metric
-			if fsyncs.Write(&c) != nil {
-				return 0
-			}
-			return c.GetHistogram().GetSampleCount()
-		},
+		syncs:     func() commits { return histogramCommits(fsyncs) },
 		close: func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -421,7 +439,7 @@ func openPebbleDB(keys16 bool) func(context.Context, string, appendParams) (*sin
 				}
 				return nil
 			},
-			syncs:     func() uint64 { return pebbleSyncs(db) },
+			syncs:     func() commits { return histogramCommits(db.Metrics().LogWriter.FsyncLatency) },
 			warmBytes: true,
 			close:     db.Close,
 		}, nil
@@ -460,7 +478,10 @@ func openL0WAL(_ context.Context, dir string, p appendParams) (*sink, error) {
 			}
 			return nil
 		},
-		syncs:     l.Fsyncs,
+		syncs: func() commits {
+			c := l.Commits()
+			return commits{fsyncs: c.Groups, write: c.Write, sync: c.Sync}
+		},
 		warmBytes: true,
 		close:     l.Close,
 	}, nil
@@ -497,8 +518,11 @@ func openL0(ctx context.Context, dir, store string, p appendParams, d engine.Dur
 	}
 	payloads := p.payloads()
 	return &sink{
-		append:    appendTo(ctx, handles.shards, func(w int) [][]byte { return payloads[w] }),
-		syncs:     func() uint64 { return handles.engine.Metrics().WALFsyncs },
+		append: appendTo(ctx, handles.shards, func(w int) [][]byte { return payloads[w] }),
+		syncs: func() commits {
+			m := handles.engine.Metrics()
+			return commits{fsyncs: m.WALFsyncs, write: m.WALWriteTime, sync: m.WALFsyncTime}
+		},
 		close:     func() error { closeAll(); return nil },
 		l0:        &handles,
 		warmBytes: true,
@@ -568,16 +592,13 @@ func (h *l0Shards) sealState() sealState {
 	return s
 }
 
-// pebbleSyncs returns how many times db synced its log, from pebble's own fsync
-// latency histogram.
-func pebbleSyncs(db *pebble.DB) uint64 {
-	h := db.Metrics().LogWriter.FsyncLatency
-	if h == nil {
-		return 0
-	}
+// histogramCommits reads pebble's fsync latency histogram: its count is the
+// fsyncs, its sum their time (pebble observes nanoseconds). Pebble does not time
+// its writes apart.
+func histogramCommits(h prometheus.Histogram) commits {
 	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		return 0
+	if h == nil || h.Write(&m) != nil {
+		return commits{write: -1, sync: -1}
 	}
-	return m.GetHistogram().GetSampleCount()
+	return commits{fsyncs: m.GetHistogram().GetSampleCount(), write: -1, sync: time.Duration(m.GetHistogram().GetSampleSum())}
 }
