@@ -135,7 +135,8 @@ func TestTheSealScenariosReportTheirFiguresBesideTheirBaselines(t *testing.T) {
 	}
 	for _, s := range []string{"zstd SpeedFastest", "OpenShard on a new engine", "target openshard_to_sealed_ms ≤ 500",
 		"BackfillUnderReplicated + FlushAndWaitUploads", "get, check size and CRC", "part committed on the local replica → on every replica",
-		"raw put of a real", "tail read MB/s", "target append p99 mixed over alone"} {
+		"raw put of a real", "tail read MB/s", "target append p99 mixed over alone",
+		"note: a seal took", "cores busy in the kernel"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}

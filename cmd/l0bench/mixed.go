@@ -25,6 +25,11 @@ type mixedRun struct {
 	readBytes int64
 	lags      []time.Duration
 	elapsed   time.Duration
+	// user and sys are the process's CPU time in user space and in the kernel
+	// while the appends ran: the kernel's share is its file systems' and block
+	// layer's work for every write, create, rename and fsync.
+	user, sys time.Duration
+	cpuOK     bool
 }
 
 // mixedScenario runs 8 shards at a steady append rate, in rounds, two ways: alone
@@ -72,6 +77,16 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 		return presentSpread(vs)
 	}
 	reads := spreadOf(each(mixed, func(m mixedRun) float64 { return mbps(m.readBytes, m.elapsed) }))
+	cores := func(runs []mixedRun, f func(mixedRun) time.Duration) spread {
+		return knownSpread(each(runs, func(m mixedRun) float64 {
+			if !m.cpuOK {
+				return -1
+			}
+			return ratio(f(m).Seconds(), m.elapsed.Seconds())
+		}))
+	}
+	user := func(m mixedRun) time.Duration { return m.user }
+	sys := func(m mixedRun) time.Duration { return m.sys }
 	var lags []time.Duration
 	for _, m := range mixed {
 		lags = append(lags, m.lags...)
@@ -86,6 +101,8 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 	fmt.Fprintf(tw, "append p99 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .99)), presentSpread(q(alone, .99)), p99)
 	fmt.Fprintf(tw, "generator timer late p99 ms\t%s\t%s\t-\t\n", late(mixed), late(alone))
 	fmt.Fprintf(tw, "goroutine wait for a core p99 ms (runtime, whole run)\t%s\t%s\t-\t\n", sched(mixed), sched(alone))
+	fmt.Fprintf(tw, "cores busy in user space (process)\t%s\t%s\t-\t\n", cores(mixed, user), cores(alone, user))
+	fmt.Fprintf(tw, "cores busy in the kernel (process: writes, creates, renames, fsyncs)\t%s\t%s\t-\t\n", cores(mixed, sys), cores(alone, sys))
 	fmt.Fprintf(tw, "tail read MB/s\t%s\t-\t-\t\n", reads)
 	fmt.Fprintf(tw, "part committed → on every replica, ms (%d parts, pooled): p50 / p99 / max\t%s / %s / %s\t-\t-\t\n", lag.Samples, cell(lag.P50Ms), cell(lag.P99Ms), num(lag.MaxMs))
 	if err := tw.Flush(); err != nil {
@@ -100,9 +117,11 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 		Params:   map[string]any{"shards": 8, "rate_mb_per_s": 8, "seconds": duration.Seconds(), "rounds": rounds, "seal_bytes": 1 << 20, "substrate": g.kind},
 		Figures: map[string]any{"append_p50_ms": presentSpread(q(mixed, .5)), "append_p99_ms": presentSpread(q(mixed, .99)),
 			"timer_late_p99_ms": late(mixed), "sched_latency_p99_ms": sched(mixed),
+			"cores_busy_user": cores(mixed, user), "cores_busy_kernel": cores(mixed, sys),
 			"tail_read_mb_per_s": reads, "part_committed_to_on_every_replica": lag},
 		Baselines: map[string]map[string]spread{"appends_alone": {"append_p50_ms": presentSpread(q(alone, .5)), "append_p99_ms": presentSpread(q(alone, .99)),
-			"timer_late_p99_ms": late(alone), "sched_latency_p99_ms": sched(alone)}},
+			"timer_late_p99_ms": late(alone), "sched_latency_p99_ms": sched(alone),
+			"cores_busy_user": cores(alone, user), "cores_busy_kernel": cores(alone, sys)}},
 		Ratios:  map[string]paired{"append_p50_mixed_vs_alone": p50, "append_p99_mixed_vs_alone": p99},
 		Targets: targets,
 	})
@@ -180,10 +199,13 @@ func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration
 		}
 	}
 	start := time.Now()
+	user0, sys0, ok0 := cpuSplit()
 	lv, err := runOpen(ctx, s, p, rateMBps, time.Second, duration)
+	user1, sys1, ok1 := cpuSplit()
 	close(stopRead)
 	wg.Wait()
 	run.elapsed = time.Since(start) // what the readers read in, not the uploads' drain
+	run.user, run.sys, run.cpuOK = user1-user0, sys1-sys0, ok0 && ok1
 	if err != nil {
 		return mixedRun{}, err
 	}

@@ -61,9 +61,15 @@ func readSectorsWritten(path string) (int64, bool) {
 // every thread's: the engine's goroutines, the load generator's and the kernel's
 // work done on their behalf (copies into the page cache, checksums of writes).
 func cpuUsed() (time.Duration, bool) {
+	user, sys, ok := cpuSplit()
+	return user + sys, ok
+}
+
+// cpuSplit is the process's CPU time so far in user space and in the kernel.
+func cpuSplit() (user, sys time.Duration, ok bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, false
+		return 0, 0, false
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano()), true
 }
