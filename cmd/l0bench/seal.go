@@ -41,6 +41,16 @@ func events(n, size int, seed uint64) [][]byte {
 	return out
 }
 
+// requests is how many requests b has made, of every kind.
+func requests(b *substrate.Bucket) uint64 {
+	st := b.Stats()
+	var n uint64
+	for _, op := range substrate.Ops {
+		n += st.Total(op)
+	}
+	return n
+}
+
 // localBucket opens a local-directory bucket at dir.
 func localBucket(dir string) (*substrate.Bucket, error) {
 	d, err := local.New(dir)
@@ -203,15 +213,23 @@ func compressAll(enc *zstd.Encoder, recs [][]byte) {
 	}
 }
 
+// inherited is one round of the inherited-seal scenario: the open of the shard
+// until its backlog was sealed, until OpenShard returned and the object-store
+// requests it made, and the direct seal of the same backlog.
+type inherited struct {
+	open, opened, direct time.Duration
+	requests             uint64
+}
+
 // runInherited leaves a backlog of recs unsealed (Retire, then close the engine),
 // opens a new engine on the same directory and times the open of the shard until
-// its backlog is sealed; and, as the baseline, times a direct seal of the same
+// its backlog is sealed, and until OpenShard returned; and, as the baseline, times a direct seal of the same
 // backlog on an engine of its own: first, with directFirst.
-func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, directFirst bool) (open, direct time.Duration, err error) {
+func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, directFirst bool) (res inherited, err error) {
 	defer os.RemoveAll(dir)
 	bucket, err := g.newBucket(ctx)
 	if err != nil {
-		return 0, 0, err
+		return inherited{}, err
 	}
 	defer g.discard(ctx, bucket)
 	runDirect := func() error {
@@ -222,47 +240,49 @@ func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, dir
 		defer e.Close()
 		start := time.Now()
 		_, err = sh.Seal(ctx, 1<<40)
-		direct = time.Since(start)
+		res.direct = time.Since(start)
 		return err
 	}
 	if directFirst {
 		if err := runDirect(); err != nil {
-			return 0, 0, err
+			return inherited{}, err
 		}
 	}
 	e, sh, err := backlog(ctx, dir, bucket, "moved", recs)
 	if err != nil {
-		return 0, 0, err
+		return inherited{}, err
 	}
 	if err := sh.Retire(ctx); err != nil {
-		return 0, 0, err
+		return inherited{}, err
 	}
 	if err := e.Close(); err != nil {
-		return 0, 0, err
+		return inherited{}, err
 	}
 	e, err = engine.Open(ctx, engine.Options{Durability: durability, Dir: dir, Bucket: bucket, Seal: quietSeal(), Registerer: engineRegisterer("inherited")})
 	if err != nil {
-		return 0, 0, err
+		return inherited{}, err
 	}
 	defer e.Close()
+	before := requests(bucket)
 	start := time.Now()
 	sh, err = e.OpenShard(ctx, "moved")
 	if err != nil {
-		return 0, 0, err
+		return inherited{}, err
 	}
+	res.opened, res.requests = time.Since(start), requests(bucket)-before
 	for sh.Info().UnsealedBytes > 0 {
 		if time.Since(start) > time.Minute {
-			return 0, 0, fmt.Errorf("the inherited backlog was not sealed within a minute")
+			return inherited{}, fmt.Errorf("the inherited backlog was not sealed within a minute")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	open = time.Since(start)
+	res.open = time.Since(start)
 	if !directFirst {
 		if err := runDirect(); err != nil {
-			return 0, 0, err
+			return inherited{}, err
 		}
 	}
-	return open, direct, nil
+	return res, nil
 }
 
 // discard deletes every object of b, a bucket of a round that is over, and closes

@@ -112,17 +112,25 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 		raw += int64(len(r))
 	}
 	prog := newProgress("inherit", cfg.rounds)
-	var opens, directs []time.Duration
+	var opens, openeds, directs []time.Duration
+	var reqs []float64
 	for r := range cfg.rounds {
-		o, d, err := runInherited(ctx, filepath.Join(root, fmt.Sprintf("inherited-%d", r)), g, recs, r%2 == 1)
+		in, err := runInherited(ctx, filepath.Join(root, fmt.Sprintf("inherited-%d", r)), g, recs, r%2 == 1)
 		if err != nil {
 			return fmt.Errorf("inherited-seal, round %d: %w", r, err)
 		}
-		opens, directs = append(opens, o), append(directs, d)
+		opens, openeds, directs = append(opens, in.open), append(openeds, in.opened), append(directs, in.direct)
+		reqs = append(reqs, float64(in.requests))
 		prog.step()
 	}
 	prog.done()
-	openMs, directMs := each(opens, func(d time.Duration) float64 { return ms(d) }), each(directs, func(d time.Duration) float64 { return ms(d) })
+	toMs := func(ds []time.Duration) []float64 { return each(ds, func(d time.Duration) float64 { return ms(d) }) }
+	openMs, openedMs, directMs := toMs(opens), toMs(openeds), toMs(directs)
+	// After OpenShard returned: the seal of the backlog, to set beside the direct one.
+	afterMs := make([]float64, len(opens))
+	for i := range opens {
+		afterMs[i] = ms(opens[i] - openeds[i])
+	}
 	vs := pairRatios(openMs, directMs)
 	targets := []target{
 		atMost("openshard_to_sealed_ms", 500, openMs...),
@@ -133,6 +141,8 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tms\tvs direct\t")
 	fmt.Fprintf(tw, "OpenShard on a new engine → backlog sealed\t%s\t%s\t\n", spreadOf(openMs), vs)
+	fmt.Fprintf(tw, "  of which OpenShard, until it returned: the takeover's %s object-store requests\t%s\t\t\n", spreadOf(reqs).median(), spreadOf(openedMs))
+	fmt.Fprintf(tw, "  of which the seal after it\t%s\t%s\t\n", spreadOf(afterMs), pairRatios(afterMs, directMs))
 	fmt.Fprintf(tw, "direct seal of the same backlog\t%s\t1.00x\t\n", spreadOf(directMs))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -142,9 +152,10 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 	}
 	fmt.Fprintln(out)
 	return emit(results, resultLine{
-		Scenario:  "inherited-seal",
-		Params:    map[string]any{"raw_bytes": raw, "record_size": recordSize, "rounds": cfg.rounds, "substrate": g.kind, "age_trigger_s": 3600},
-		Figures:   map[string]spread{"openshard_to_sealed_ms": spreadOf(openMs)},
+		Scenario: "inherited-seal",
+		Params:   map[string]any{"raw_bytes": raw, "record_size": recordSize, "rounds": cfg.rounds, "substrate": g.kind, "age_trigger_s": 3600},
+		Figures: map[string]spread{"openshard_to_sealed_ms": spreadOf(openMs), "openshard_returned_ms": spreadOf(openedMs),
+			"openshard_requests": spreadOf(reqs), "sealed_after_openshard_ms": spreadOf(afterMs)},
 		Baselines: map[string]map[string]spread{"direct_seal": {"ms": spreadOf(directMs)}},
 		Ratios:    map[string]paired{"openshard_to_sealed_vs_direct_seal": vs},
 		Targets:   targets,
