@@ -1,13 +1,13 @@
 package wal
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/l0store/l0/internal/fsutil"
 )
 
 // SegmentError says where a segment is damaged.
@@ -146,32 +146,6 @@ var closedDone = func() chan struct{} {
 	return c
 }()
 
-// readSegment reads the whole file name into buf's memory, grown to the file's size
-// if it is smaller. Segments are tens of megabytes: read by growing a buffer from
-// nothing, each was allocated, zeroed and copied several times over, which took
-// most of an open's second on a 64 MB log in l0bench's open scenario.
-func readSegment(fs vfs.FS, name string, buf []byte) ([]byte, error) {
-	f, err := fs.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := int(info.Size())
-	if cap(buf) < size {
-		buf = make([]byte, size)
-	}
-	buf = buf[:size]
-	n, err := io.ReadFull(f, buf)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = nil // shorter than it said: what is there is the segment
-	}
-	return buf[:n], err
-}
-
 // recovered is what open found in the log's directory.
 type recovered struct {
 	shards map[string]*replayed
@@ -254,7 +228,7 @@ func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 	var data []byte // one buffer for every segment: the replay keeps nothing of it
 	for i, n := range nums[run:] {
 		s := &segment{num: n, name: fs.PathJoin(dir, segmentName(n))}
-		data, err = readSegment(fs, s.name, data)
+		data, err = fsutil.ReadFileInto(fs, s.name, data)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("wal: read segment: %w", err)

@@ -125,7 +125,7 @@ func (w window) cpuMsPerMB() float64 {
 	if w.cpu < 0 || w.bytes == 0 {
 		return 0
 	}
-	return w.cpu.Seconds() * 1000 / (float64(w.bytes) / 1e6)
+	return msPerMB(w.cpu, w.bytes)
 }
 
 // coresBusy is the CPU time used in the window over its length.

@@ -223,8 +223,9 @@ type inherited struct {
 
 // runInherited leaves a backlog of recs unsealed (Retire, then close the engine),
 // opens a new engine on the same directory and times the open of the shard until
-// its backlog is sealed, and until OpenShard returned; and, as the baseline, times a direct seal of the same
-// backlog on an engine of its own: first, with directFirst.
+// OpenShard returned and until its backlog is sealed; and, as the baseline, times
+// a direct seal of the same backlog on an engine of its own: first, with
+// directFirst.
 func runInherited(ctx context.Context, dir string, g *remote, recs [][]byte, directFirst bool) (res inherited, err error) {
 	defer os.RemoveAll(dir)
 	bucket, err := g.newBucket(ctx)

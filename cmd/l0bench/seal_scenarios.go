@@ -45,7 +45,7 @@ func sealScenario(ctx context.Context, cfg config, root string, out, results io.
 		return each(ts, func(t timed) float64 { return mbps(raw, t.wall) })
 	}
 	cpuPerMB := func(ts []timed) []float64 {
-		return each(ts, func(t timed) float64 { return float64(t.cpu.Microseconds()) / 1e3 / (float64(raw) / 1e6) })
+		return each(ts, func(t timed) float64 { return msPerMB(t.cpu, raw) })
 	}
 	sealRates, zstdRates := spreadOf(rate(runs[0])), spreadOf(rate(runs[1]))
 	sealCPU, zstdCPU := spreadOf(cpuPerMB(runs[0])), spreadOf(cpuPerMB(runs[1]))

@@ -248,6 +248,9 @@ func value(v *float64) float64 {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// msPerMB is d, a CPU time, in milliseconds per MB of bytes.
+func msPerMB(d time.Duration, bytes int64) float64 { return ms(d) / (float64(bytes) / 1e6) }
+
 func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0

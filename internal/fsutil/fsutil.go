@@ -54,13 +54,40 @@ func CreateTemp(fsys vfs.FS, dir, prefix, suffix string) (vfs.File, string, erro
 }
 
 // ReadFile reads the whole file at path.
-func ReadFile(fsys vfs.FS, path string) ([]byte, error) {
+func ReadFile(fsys vfs.FS, path string) ([]byte, error) { return ReadFileInto(fsys, path, nil) }
+
+// ReadFileInto reads the whole file at path into buf's memory, which it grows to
+// the file's size if that is larger, and returns the bytes read. The buffer is
+// sized once from the file's size, as os.ReadFile does: grown from nothing, a file
+// of tens of megabytes (a WAL segment) was allocated, zeroed and copied several
+// times over. A file that is not the size it said is read to its end all the same.
+func ReadFileInto(fsys vfs.FS, path string, buf []byte) ([]byte, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	size := 0
+	if info, err := f.Stat(); err == nil {
+		size = int(info.Size())
+	}
+	if cap(buf) < size+1 { // one byte more, to meet the end without growing
+		buf = make([]byte, 0, size+1)
+	}
+	buf = buf[:0]
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
 }
 
 // WriteFileAtomic replaces path with data atomically and durably: a temporary file

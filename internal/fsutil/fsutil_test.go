@@ -1,0 +1,53 @@
+package fsutil
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestReadFileIntoReadsWholeFilesInOneBuffer: a file is read whole, into the
+// buffer given when it is large enough, and into a new one sized to it when not;
+// a shorter file read after a longer one is only its own bytes.
+func TestReadFileIntoReadsWholeFilesInOneBuffer(t *testing.T) {
+	fs := vfs.NewMem()
+	write := func(name string, data []byte) {
+		f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	long, short := bytes.Repeat([]byte("long"), 100_000), []byte("short")
+	write("long", long)
+	write("short", short)
+	write("empty", nil)
+
+	buf, err := ReadFileInto(fs, "long", nil)
+	if err != nil || !bytes.Equal(buf, long) {
+		t.Fatalf("long: %d bytes, %v", len(buf), err)
+	}
+	if cap(buf) > len(long)+1 {
+		t.Errorf("a buffer of %d bytes for a file of %d: not sized to it", cap(buf), len(long))
+	}
+	again, err := ReadFileInto(fs, "short", buf)
+	if err != nil || !bytes.Equal(again, short) {
+		t.Fatalf("short after long: %q, %v", again, err)
+	}
+	if &again[0] != &buf[0] {
+		t.Error("the short file was not read into the buffer given")
+	}
+	if empty, err := ReadFileInto(fs, "empty", buf); err != nil || len(empty) != 0 {
+		t.Fatalf("empty: %d bytes, %v", len(empty), err)
+	}
+	if whole, err := ReadFile(fs, "long"); err != nil || !bytes.Equal(whole, long) {
+		t.Fatalf("ReadFile: %d bytes, %v", len(whole), err)
+	}
+	if _, err := ReadFileInto(fs, "missing", nil); err == nil {
+		t.Fatal("a missing file read without an error")
+	}
+}
