@@ -9,24 +9,24 @@ WITH_EMULATORS = env $$(scripts/emulators.sh)
 
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
-	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5s ./internal/part/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeWithValidChecksums -fuzztime 5s ./internal/part/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5s ./internal/tail/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5s ./manifest/
-	$(GO) test -run '^$$' -fuzz FuzzDamagedManifest -fuzztime 5s ./manifest/
-	$(GO) test -run '^$$' -fuzz FuzzDecodePage -fuzztime 5s ./wal/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeMarks -fuzztime 5s ./wal/
+	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzOpenAndRead 5s
+	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzDecodeWithValidChecksums 5s
+	GO=$(GO) scripts/fuzz.sh ./internal/tail/ FuzzDecode 5s
+	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDecode 5s
+	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDamagedManifest 5s
+	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodePage 5s
+	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodeMarks 5s
 
 # Every decoder's fuzz target (part, tail, manifest, WAL page and watermark), 5 m
 # each instead of make test's 5 s.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzOpenAndRead -fuzztime 5m ./internal/part/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeWithValidChecksums -fuzztime 5m ./internal/part/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5m ./internal/tail/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5m ./manifest/
-	$(GO) test -run '^$$' -fuzz FuzzDamagedManifest -fuzztime 5m ./manifest/
-	$(GO) test -run '^$$' -fuzz FuzzDecodePage -fuzztime 5m ./wal/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeMarks -fuzztime 5m ./wal/
+	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzOpenAndRead 5m
+	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzDecodeWithValidChecksums 5m
+	GO=$(GO) scripts/fuzz.sh ./internal/tail/ FuzzDecode 5m
+	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDecode 5m
+	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDamagedManifest 5m
+	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodePage 5m
+	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodeMarks 5m
 
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
