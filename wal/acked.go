@@ -82,6 +82,11 @@ func decodeMarks(b []byte) (map[string]mark, error) {
 		if k <= 0 || l > uint64(len(rest)-k) || uint64(len(rest)-k)-l < 16 {
 			return nil, corrupt("truncated entry")
 		}
+		// The writer puts a length in its shortest form: a longer one, which ends in
+		// a zero byte, was not written by it.
+		if k > 1 && rest[k-1] == 0 {
+			return nil, corrupt("id length not in its shortest form")
+		}
 		id := string(rest[k : k+int(l)])
 		rest = rest[k+int(l):]
 		marks[id] = mark{floor: binary.BigEndian.Uint64(rest), acked: binary.BigEndian.Uint64(rest[8:])}

@@ -250,10 +250,11 @@ func decodeEntry(kind byte, b []byte) (entry, error) {
 	return entry{}, fmt.Errorf("unknown entry kind %q", kind)
 }
 
-// cutID splits a uvarint-length-prefixed shard id off b.
+// cutID splits a uvarint-length-prefixed shard id off b. A length longer than its
+// shortest form (ending in a zero byte) was not written by the log: malformed.
 func cutID(b []byte) (string, []byte, bool) {
 	l, k := binary.Uvarint(b)
-	if k <= 0 || l > uint64(len(b)-k) {
+	if k <= 0 || l > uint64(len(b)-k) || (k > 1 && b[k-1] == 0) {
 		return "", nil, false
 	}
 	return string(b[k : k+int(l)]), b[k+int(l):], true

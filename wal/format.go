@@ -192,12 +192,13 @@ func decodePage(shard string, first uint64, v []byte) (Page, error) {
 	body := v[:len(v)-crcLen]
 	rest := body[pageHeaderLen:]
 	// Each record takes at least its one-byte length: a count the bytes cannot hold
-	// must not size the allocation.
+	// must not size the allocation. A length longer than its shortest form (ending
+	// in a zero byte) was not written by encodePage: damage, though the checksum holds.
 	recs := make([][]byte, 0, min(h.count, len(rest)))
 	var payload uint64
 	for range h.count {
 		n, l := binary.Uvarint(rest)
-		if l <= 0 || n > MaxRecordLen || n > uint64(len(rest)-l) {
+		if l <= 0 || n > MaxRecordLen || n > uint64(len(rest)-l) || (l > 1 && rest[l-1] == 0) {
 			return Page{}, corrupt(fmt.Sprintf("record %d: bad length", len(recs)))
 		}
 		// Capped: a caller that appends to a record it keeps must get new memory,

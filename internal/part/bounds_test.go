@@ -266,3 +266,15 @@ func FuzzDecodeWithValidChecksums(f *testing.F) {
 		}
 	})
 }
+
+// TestARecordLengthNotInItsShortestFormIsDamage: the writer puts each record's
+// length in its shortest form, so one that takes a byte more (0x81 0x00 for 1)
+// inside a block whose checksum holds was not written by it.
+func TestARecordLengthNotInItsShortestFormIsDamage(t *testing.T) {
+	if rec, rest, ok := cutRecord([]byte{0x81, 0x00, 'a'}); ok {
+		t.Fatalf("a two-byte length of 1 cut to %q, %q", rec, rest)
+	}
+	if rec, rest, ok := cutRecord([]byte{0x01, 'a', 0x00}); !ok || string(rec) != "a" || len(rest) != 1 {
+		t.Fatalf("a one-byte length of 1 cut to %q, %q, %v", rec, rest, ok)
+	}
+}

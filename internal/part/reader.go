@@ -266,10 +266,12 @@ func (pr *Reader) decodeBlock(i int, stored []byte) ([]byte, error) {
 }
 
 // cutRecord splits the record at the start of raw from the rest. The record's
-// capacity ends with it, so a caller appending to it cannot overwrite the next.
+// capacity ends with it, so a caller appending to it cannot overwrite the next. A
+// length longer than its shortest form (ending in a zero byte) was not written by
+// the part writer: not ok.
 func cutRecord(raw []byte) (rec, rest []byte, ok bool) {
 	n, k := binary.Uvarint(raw)
-	if k <= 0 || n > uint64(len(raw)-k) {
+	if k <= 0 || n > uint64(len(raw)-k) || (k > 1 && raw[k-1] == 0) {
 		return nil, raw, false
 	}
 	end := k + int(n)

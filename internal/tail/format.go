@@ -287,7 +287,7 @@ func DecodeSection(e Entry, data []byte) ([][]byte, error) {
 	recs := make([][]byte, 0, min(e.Next-e.First, uint64(len(data))/2))
 	for len(data) > 0 {
 		n, k := binary.Uvarint(data)
-		if k <= 0 || n == 0 || n > uint64(len(data)-k) || k != len(binary.AppendUvarint(nil, n)) {
+		if k <= 0 || n == 0 || n > uint64(len(data)-k) || (k > 1 && data[k-1] == 0) {
 			return nil, corrupt(e.Pos+int64(int(e.Len)-len(data)), "section of shard %q: bad record length", e.Shard)
 		}
 		recs, data = append(recs, data[k:k+int(n)]), data[k+int(n):]
