@@ -62,7 +62,7 @@ func runAppendOnce(ctx context.Context, dir string, k sinkKind, p appendParams, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return window{}, err
 	}
-	defer os.RemoveAll(dir)
+	defer removeAndSync(dir)
 	s, err := k.open(ctx, dir, p)
 	if err != nil {
 		return window{}, err

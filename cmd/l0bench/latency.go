@@ -32,7 +32,7 @@ func runLevels(ctx context.Context, dir string, k sinkKind, p appendParams, rate
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return levelRun{}, err
 	}
-	defer os.RemoveAll(dir)
+	defer removeAndSync(dir)
 	s, err := k.open(ctx, dir, p)
 	if err != nil {
 		return levelRun{}, err

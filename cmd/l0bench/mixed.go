@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -131,7 +130,7 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 // scenario's generator, after a settling second, and, when mixed, a reader tailing
 // each shard while seals and copies run.
 func runMixed(ctx context.Context, dir string, g *remote, duration time.Duration, mixed bool) (mixedRun, error) {
-	defer os.RemoveAll(dir)
+	defer removeAndSync(dir)
 	local, err := localBucket(filepath.Join(dir, "local"))
 	if err != nil {
 		return mixedRun{}, err
