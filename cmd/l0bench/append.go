@@ -253,19 +253,35 @@ func cpuBoundNotes(kinds []sinkKind, figs []appendFigures, best appendFigures, v
 }
 
 // judgeAppends returns why a run is invalid: a contender faster than the best raw
-// writer in any round means the limit is not the limit on this machine, and no
-// ratio to it means anything.
-func judgeAppends(kinds []sinkKind, vsBest []paired) string {
+// writer in its median round, so in most of the paired rounds, means the limit is
+// not the limit on this machine, and no ratio to it means anything. A contender
+// faster in fewer rounds is at the limit within the rounds' noise (a writer at
+// 0.9x of it, on a disk whose fsyncs vary by a tenth from one window to the next,
+// passes it in some round): a note says so, with its rounds.
+func judgeAppends(kinds []sinkKind, vsBest []paired) (invalid string, notes []string) {
 	var faster []string
 	for i, k := range kinds {
-		if k.key != bestRaw && vsBest[i].Rounds > 0 && vsBest[i].Max > 1 {
-			faster = append(faster, fmt.Sprintf("%s at up to %.2fx", k.label(), vsBest[i].Max))
+		v := vsBest[i]
+		if k.key == bestRaw || v.Rounds == 0 || v.Max <= 1 {
+			continue
 		}
+		if v.Median > 1 {
+			faster = append(faster, fmt.Sprintf("%s at %.2fx (%.2f-%.2f)", k.label(), v.Median, v.Min, v.Max))
+			continue
+		}
+		above := 0
+		for _, r := range v.PerRound {
+			if r > 1 {
+				above++
+			}
+		}
+		notes = append(notes, fmt.Sprintf("%s was faster than the best raw writer in %d of %d rounds (up to %.2fx) and slower in the rest (median %.2fx): at the limit within the rounds' noise, not past it",
+			k.label(), above, v.Rounds, v.Max, v.Median))
 	}
-	if len(faster) == 0 {
-		return ""
+	if len(faster) > 0 {
+		invalid = "faster than the best raw writer in most rounds, which is then not the limit: " + strings.Join(faster, ", ")
 	}
-	return "faster than the best raw writer, which is then not the limit: " + strings.Join(faster, ", ")
+	return invalid, notes
 }
 
 func appendScenario(ctx context.Context, cfg config, root string, out, results io.Writer) error {
@@ -307,7 +323,7 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	for i := range kinds {
 		vsBest[i] = vs(i, bestRaw)
 	}
-	invalid := judgeAppends(kinds, vsBest)
+	invalid, noise := judgeAppends(kinds, vsBest)
 
 	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s, and for l0 and pebble until %.0f MB acknowledged (l0: and sealing), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios\n",
 		p.recordSize, p.batch, p.appenders, cfg.longRounds, cfg.timing.warmup, float64(cfg.timing.warmupBytes)/1e6, cfg.timing.window)
@@ -355,6 +371,9 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 		for _, n := range cpuBoundNotes(kinds, figs, figs[b], vsBest) {
 			fmt.Fprintln(out, "note:", n)
 		}
+	}
+	for _, n := range noise {
+		fmt.Fprintln(out, "note:", n)
 	}
 	if invalid != "" {
 		fmt.Fprintf(out, "INVALID RUN: %s\n", invalid)

@@ -147,6 +147,27 @@ func heldBack(k sinkKind) sinkKind {
 	return k
 }
 
+// TestOneFasterRoundIsNoiseAndMostAreAnInvalidRun: a contender faster than the best
+// raw writer in most paired rounds makes the run invalid, naming it; one faster in
+// a single round of three, and slower in its median round, gets a note instead.
+func TestOneFasterRoundIsNoiseAndMostAreAnInvalidRun(t *testing.T) {
+	kinds := []sinkKind{bestRawKind, l0WALKind, serialKind}
+	rounds := func(vs ...float64) paired { return pairRatios(vs, []float64{1, 1, 1}) }
+	best := rounds(1, 1, 1)
+
+	invalid, notes := judgeAppends(kinds, []paired{best, rounds(0.8, 1.05, 0.95), rounds(0.7, 0.7, 0.72)})
+	if invalid != "" || len(notes) != 1 || !strings.Contains(notes[0], l0WALKind.name) || !strings.Contains(notes[0], "in 1 of 3 rounds (up to 1.05x)") {
+		t.Fatalf("one round above: invalid %q, notes %q; want one note on the WAL alone", invalid, notes)
+	}
+	invalid, notes = judgeAppends(kinds, []paired{best, rounds(0.95, 1.02, 1.1), rounds(0.7, 0.7, 0.72)})
+	if !strings.Contains(invalid, l0WALKind.name) || strings.Contains(invalid, serialKind.name) || len(notes) != 0 {
+		t.Fatalf("two rounds above: invalid %q, notes %q; want the WAL alone named", invalid, notes)
+	}
+	if invalid, notes = judgeAppends(kinds, []paired{best, rounds(0.8, 0.9, 1), rounds(0.7, 0.7, 0.72)}); invalid != "" || len(notes) != 0 {
+		t.Fatalf("no round above: invalid %q, notes %q", invalid, notes)
+	}
+}
+
 // TestAppendMeasuresSteadyStateWithSeals: l0's append window opens only once the
 // engine has sealed, and over the window it seals about what it appends (within a
 // quarter), reporting the backlog it leaves.
