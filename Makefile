@@ -7,26 +7,20 @@ WITH_EMULATORS = env $$(scripts/emulators.sh)
 
 .PHONY: test vet emulators bench bench-substrate crash fuzz sim
 
+# Every decoder's fuzz target, as package:Target; fuzz-all runs each for $(1).
+FUZZ_TARGETS = ./internal/part/:FuzzOpenAndRead ./internal/part/:FuzzDecodeWithValidChecksums \
+	./internal/tail/:FuzzDecode ./manifest/:FuzzDecode ./manifest/:FuzzDamagedManifest \
+	./wal/:FuzzDecodePage ./wal/:FuzzDecodeMarks
+fuzz-all = for t in $(FUZZ_TARGETS); do GO=$(GO) scripts/fuzz.sh "$${t%%:*}" "$${t\#\#*:}" $(1) || exit 1; done
+
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
-	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzOpenAndRead 5s
-	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzDecodeWithValidChecksums 5s
-	GO=$(GO) scripts/fuzz.sh ./internal/tail/ FuzzDecode 5s
-	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDecode 5s
-	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDamagedManifest 5s
-	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodePage 5s
-	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodeMarks 5s
+	$(call fuzz-all,5s)
 
 # Every decoder's fuzz target (part, tail, manifest, WAL page and watermark), 5 m
 # each instead of make test's 5 s.
 fuzz:
-	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzOpenAndRead 5m
-	GO=$(GO) scripts/fuzz.sh ./internal/part/ FuzzDecodeWithValidChecksums 5m
-	GO=$(GO) scripts/fuzz.sh ./internal/tail/ FuzzDecode 5m
-	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDecode 5m
-	GO=$(GO) scripts/fuzz.sh ./manifest/ FuzzDamagedManifest 5m
-	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodePage 5m
-	GO=$(GO) scripts/fuzz.sh ./wal/ FuzzDecodeMarks 5m
+	$(call fuzz-all,5m)
 
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/l0store/l0/internal/fsutil"
+	"github.com/l0store/l0/internal/varint"
 )
 
 // The acknowledged-watermark file. Changing any of these changes the on-disk format.
@@ -78,14 +79,9 @@ func decodeMarks(b []byte) (map[string]mark, error) {
 	}
 	marks := make(map[string]mark, n)
 	for range n {
-		l, k := binary.Uvarint(rest)
+		l, k := varint.Uvarint(rest)
 		if k <= 0 || l > uint64(len(rest)-k) || uint64(len(rest)-k)-l < 16 {
-			return nil, corrupt("truncated entry")
-		}
-		// The writer puts a length in its shortest form: a longer one, which ends in
-		// a zero byte, was not written by it.
-		if k > 1 && rest[k-1] == 0 {
-			return nil, corrupt("id length not in its shortest form")
+			return nil, corrupt("truncated or malformed entry")
 		}
 		id := string(rest[k : k+int(l)])
 		rest = rest[k+int(l):]

@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/l0store/l0/internal/varint"
 )
 
 // The segment format. Changing any of these changes the on-disk format.
@@ -250,11 +252,10 @@ func decodeEntry(kind byte, b []byte) (entry, error) {
 	return entry{}, fmt.Errorf("unknown entry kind %q", kind)
 }
 
-// cutID splits a uvarint-length-prefixed shard id off b. A length longer than its
-// shortest form (ending in a zero byte) was not written by the log: malformed.
+// cutID splits a uvarint-length-prefixed shard id off b.
 func cutID(b []byte) (string, []byte, bool) {
-	l, k := binary.Uvarint(b)
-	if k <= 0 || l > uint64(len(b)-k) || (k > 1 && b[k-1] == 0) {
+	l, k := varint.Uvarint(b)
+	if k <= 0 || l > uint64(len(b)-k) {
 		return "", nil, false
 	}
 	return string(b[k : k+int(l)]), b[k+int(l):], true

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"time"
+
+	"github.com/l0store/l0/internal/varint"
 )
 
 // The page format. Changing any of these changes the on-disk format.
@@ -192,13 +194,12 @@ func decodePage(shard string, first uint64, v []byte) (Page, error) {
 	body := v[:len(v)-crcLen]
 	rest := body[pageHeaderLen:]
 	// Each record takes at least its one-byte length: a count the bytes cannot hold
-	// must not size the allocation. A length longer than its shortest form (ending
-	// in a zero byte) was not written by encodePage: damage, though the checksum holds.
+	// must not size the allocation.
 	recs := make([][]byte, 0, min(h.count, len(rest)))
 	var payload uint64
 	for range h.count {
-		n, l := binary.Uvarint(rest)
-		if l <= 0 || n > MaxRecordLen || n > uint64(len(rest)-l) || (l > 1 && rest[l-1] == 0) {
+		n, l := varint.Uvarint(rest)
+		if l <= 0 || n > MaxRecordLen || n > uint64(len(rest)-l) {
 			return Page{}, corrupt(fmt.Sprintf("record %d: bad length", len(recs)))
 		}
 		// Capped: a caller that appends to a record it keeps must get new memory,

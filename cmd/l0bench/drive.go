@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -378,4 +380,15 @@ func runOpen(ctx context.Context, s *sink, p appendParams, rate float64, settle,
 		late:     slices.Concat(lates...),
 		schedP99: schedP99, schedP99OK: schedOK,
 	}, nil
+}
+
+// removeAndSync removes dir and then writes back every dirty page of the machine
+// and commits the file system's journal, so that the next contender starts on a
+// quiet disk. Without it, the next run pays for this one: the writeback it left
+// running, and the journal commit of the removal, which on a file system mounted
+// with online discard trims every block of the gigabytes just removed inside the
+// next contender's first fsync, making a paired round measure the order it ran in.
+func removeAndSync(dir string) {
+	os.RemoveAll(dir)
+	syscall.Sync()
 }

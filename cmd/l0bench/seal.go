@@ -171,17 +171,6 @@ func settle(ctx context.Context, e *engine.Engine) error {
 	return nil
 }
 
-// removeAndSync removes dir and then writes back every dirty page of the machine
-// and commits the file system's journal, so that the next contender starts on a
-// quiet disk. Without it, the next run pays for this one: the writeback it left
-// running, and the journal commit of the removal, which on a file system mounted
-// with online discard trims every block of the gigabytes just removed inside the
-// next contender's first fsync, making a paired round measure the order it ran in.
-func removeAndSync(dir string) {
-	os.RemoveAll(dir)
-	syscall.Sync()
-}
-
 // runSeal times one seal of recs, appended first, into a part on a local-directory
 // bucket.
 func runSeal(ctx context.Context, dir string, recs [][]byte) (timed, error) {

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/l0store/l0/internal/varint"
 )
 
 // Record is one record of a part and its offset.
@@ -266,12 +268,10 @@ func (pr *Reader) decodeBlock(i int, stored []byte) ([]byte, error) {
 }
 
 // cutRecord splits the record at the start of raw from the rest. The record's
-// capacity ends with it, so a caller appending to it cannot overwrite the next. A
-// length longer than its shortest form (ending in a zero byte) was not written by
-// the part writer: not ok.
+// capacity ends with it, so a caller appending to it cannot overwrite the next.
 func cutRecord(raw []byte) (rec, rest []byte, ok bool) {
-	n, k := binary.Uvarint(raw)
-	if k <= 0 || n > uint64(len(raw)-k) || (k > 1 && raw[k-1] == 0) {
+	n, k := varint.Uvarint(raw)
+	if k <= 0 || n > uint64(len(raw)-k) {
 		return nil, raw, false
 	}
 	end := k + int(n)

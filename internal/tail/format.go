@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+
+	"github.com/l0store/l0/internal/varint"
 )
 
 // Version is the format version this package writes and reads.
@@ -286,8 +288,8 @@ func DecodeSection(e Entry, data []byte) ([][]byte, error) {
 	}
 	recs := make([][]byte, 0, min(e.Next-e.First, uint64(len(data))/2))
 	for len(data) > 0 {
-		n, k := binary.Uvarint(data)
-		if k <= 0 || n == 0 || n > uint64(len(data)-k) || (k > 1 && data[k-1] == 0) {
+		n, k := varint.Uvarint(data)
+		if k <= 0 || n == 0 || n > uint64(len(data)-k) {
 			return nil, corrupt(e.Pos+int64(int(e.Len)-len(data)), "section of shard %q: bad record length", e.Shard)
 		}
 		recs, data = append(recs, data[k:k+int(n)]), data[k+int(n):]
