@@ -151,7 +151,10 @@ type recovered struct {
 	shards map[string]*replayed
 	segs   []*segment // replayed, oldest first, with their read handles open
 	pool   []string   // files to reuse
-	seq    uint64     // the next group's sequence
+	// leftover are the other files outside the run, to remove once the log is
+	// accepted: a refused log stays as found.
+	leftover []string
+	seq      uint64 // the next group's sequence
 	// The newest segment, where its groups end, and whether the last is flagged.
 	newest *segment
 	end    int64
@@ -186,9 +189,23 @@ func (rec *recovered) settle(fs vfs.FS) error {
 	return f.Close()
 }
 
+// removeLeftovers removes the files outside the run that the pool has no room for.
+// It runs only once the log is accepted: until then a file outside the run may be
+// the older part of a log whose middle segment was lost, which an operator can
+// still mend.
+func (rec *recovered) removeLeftovers(fs vfs.FS) error {
+	for _, name := range rec.leftover {
+		if err := fs.Remove(name); err != nil {
+			return fmt.Errorf("wal: remove leftover segment: %w", err)
+		}
+	}
+	return nil
+}
+
 // recoverSegments replays the unbroken run of segments that ends at the newest.
-// Older files, which a crash left behind after their removal, are kept for reuse or
-// removed. The newest segment is left as found: settle closes and syncs it.
+// Older files, which a crash left behind after their removal, are set aside for
+// reuse or removal; nothing is changed on disk. The newest segment is left as
+// found: settle closes and syncs it.
 func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 	names, err := fs.List(dir)
 	if err != nil {
@@ -213,8 +230,8 @@ func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 		name := fs.PathJoin(dir, segmentName(n))
 		if len(rec.pool) < opts.RecycleSegments {
 			rec.pool = append(rec.pool, name)
-		} else if err := fs.Remove(name); err != nil {
-			return nil, fmt.Errorf("wal: remove leftover segment: %w", err)
+		} else {
+			rec.leftover = append(rec.leftover, name)
 		}
 	}
 	r := &replay{shards: rec.shards}

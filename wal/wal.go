@@ -242,7 +242,11 @@ func (l *Log) recover() error {
 	if err := l.checkMarks(marks); err != nil {
 		return err
 	}
-	// Only a log the watermark accepts is written to: a refused one stays as found.
+	// Only a log the watermark accepts is written to: a refused one stays as found,
+	// every file under its name and with its bytes.
+	if err := rec.removeLeftovers(l.fs); err != nil {
+		return err
+	}
 	if err := rec.settle(l.fs); err != nil {
 		return err
 	}
