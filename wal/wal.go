@@ -191,6 +191,16 @@ func Open(dir string, opts Options) (*Log, error) {
 		fsCloser.Close()
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
+	// Before anything is read: every name the open finds is made durable, the
+	// directory's own and those above it, created by this open or not. A process
+	// killed before its directory fsync (a mkdir's, a rotation's rename) leaves
+	// names only in the page cache; an open that read and built on them, then a
+	// power loss, would lose the directory whole, or bring a renamed segment back
+	// under its old name with this life's groups in it.
+	if err := fsutil.SyncPath(fs, dir); err != nil {
+		fsCloser.Close()
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
 	lock, err := fs.Lock(fs.PathJoin(dir, "LOCK"))
 	if err != nil {
 		fsCloser.Close()

@@ -122,6 +122,25 @@ func SyncDir(fsys vfs.FS, dir string) error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
+// SyncPath makes dir's name durable, and its entries: it syncs dir and every
+// directory above it up to the root (of fsys: "." for a relative path, which goes
+// no higher). A directory found, not created, may be the leftover of a process
+// killed between its mkdir and the sync of its parent: nothing else would ever make
+// its name durable, and a power loss, at any later time, would take it back with
+// everything in it.
+func SyncPath(fsys vfs.FS, dir string) error {
+	for {
+		if err := SyncDir(fsys, dir); err != nil {
+			return err
+		}
+		parent := fsys.PathDir(dir)
+		if parent == dir {
+			return nil
+		}
+		dir = parent
+	}
+}
+
 // MkdirAll creates dir and its missing parents, durably: each directory created is
 // synced into its parent, so a power loss does not take it back.
 func MkdirAll(fsys vfs.FS, dir string) error {

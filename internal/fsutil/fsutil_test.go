@@ -53,3 +53,19 @@ func TestReadFileIntoReadsWholeFilesInOneBuffer(t *testing.T) {
 		t.Fatal("a missing file read without an error")
 	}
 }
+
+// TestSyncPathMakesEveryDirectoryAboveDurable: directories made without a sync of
+// their parents survive a power loss once SyncPath ran on the deepest.
+func TestSyncPathMakesEveryDirectoryAboveDurable(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	if err := fs.MkdirAll("a/b/c", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncPath(fs, "a/b/c"); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	if _, err := crashed.Stat("a/b/c"); err != nil {
+		t.Fatalf("after SyncPath and a power loss: %v", err)
+	}
+}
