@@ -7,7 +7,8 @@ import (
 // SetEpoch makes epoch the shard's owner epoch, durably: from now on only appends
 // and truncations carrying it are taken. An engine sets it before it publishes the
 // epoch as the shard's owner, so that after a crash the log says which owner its
-// pages belong to.
+// pages belong to. An epoch never goes back: one below the shard's is refused with
+// ErrStaleEpoch, and the shard's own is set again.
 func (l *Log) SetEpoch(shard string, epoch uint64) error {
 	if err := l.enter(); err != nil {
 		return err
@@ -16,6 +17,9 @@ func (l *Log) SetEpoch(shard string, epoch uint64) error {
 	st := l.state(shard)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if epoch < st.mu.epoch {
+		return fmt.Errorf("wal: set epoch of shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	}
 	if err := l.logShardEntry(entryEpoch, shard, epoch); err != nil {
 		return fmt.Errorf("wal: set epoch of shard %q: %w", shard, err)
 	}
