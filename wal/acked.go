@@ -143,6 +143,27 @@ func (l *Log) marks() map[string]mark {
 	return out
 }
 
+// lowerAckedLocked lowers the shard's acknowledged end to end, durably in the
+// watermark file, before a reset drops records below what it claims; st.mu is held.
+// If that write fails the end goes back to what it was: the reset does not happen,
+// every page is still there and synced, and reads and Extent must reach them. Under
+// st.mu nothing else moves the end, so only the watermark writer can have seen the
+// lowered one, and a lower bound is what it may write; the next write covers the
+// end again.
+func (l *Log) lowerAckedLocked(st *shardState, end uint64) error {
+	was := st.acked.Load()
+	if end >= was {
+		return nil
+	}
+	st.acked.Store(end)
+	if err := l.writeMarksNow(); err != nil {
+		st.acked.Store(was)
+		l.changes.Add(1)
+		return err
+	}
+	return nil
+}
+
 // syncMarks writes the watermark whenever it changed, at most once per interval,
 // until stop is closed.
 func (l *Log) syncMarks(stop <-chan struct{}, done chan<- struct{}) {

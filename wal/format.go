@@ -42,7 +42,8 @@ var (
 	// ErrNotPageBoundary reports a truncation point inside a page.
 	ErrNotPageBoundary = errors.New("wal: not a page boundary")
 	// ErrStaleEpoch reports an append or truncation by an owner whose epoch is no
-	// longer the shard's: a newer owner opened the shard on this log.
+	// longer the shard's: a newer owner opened the shard on this log. SetEpoch
+	// reports it for an epoch below the shard's.
 	ErrStaleEpoch = errors.New("wal: stale owner epoch")
 	// ErrUnknownOutcome reports an append that entered the log but whose write or
 	// sync failed, or whose page was not shipped (see Log.ShipTo): its page may be

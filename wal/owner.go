@@ -7,7 +7,8 @@ import (
 // SetEpoch makes epoch the shard's owner epoch, durably: from now on only appends
 // and truncations carrying it are taken. An engine sets it before it publishes the
 // epoch as the shard's owner, so that after a crash the log says which owner its
-// pages belong to.
+// pages belong to. An epoch never goes back: one below the shard's is refused with
+// ErrStaleEpoch, and the shard's own is set again.
 func (l *Log) SetEpoch(shard string, epoch uint64) error {
 	if err := l.enter(); err != nil {
 		return err
@@ -16,6 +17,9 @@ func (l *Log) SetEpoch(shard string, epoch uint64) error {
 	st := l.state(shard)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if epoch < st.mu.epoch {
+		return fmt.Errorf("wal: set epoch of shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	}
 	if err := l.logShardEntry(entryEpoch, shard, epoch); err != nil {
 		return fmt.Errorf("wal: set epoch of shard %q: %w", shard, err)
 	}
@@ -54,13 +58,10 @@ func (l *Log) Adopt(shard string, epoch, sealed uint64, keep bool) (stranded uin
 		return 0, l.adoptLocked(shard, st, sealed)
 	}
 	stranded = st.mu.next - st.mu.floor
-	if sealed < st.acked.Load() {
-		// The acknowledged watermark must never claim more than the log holds: lower
-		// it durably before the log drops below it. (Raising it waits for the log.)
-		st.acked.Store(sealed)
-		if err := l.writeMarksNow(); err != nil {
-			return 0, err
-		}
+	// The acknowledged watermark must never claim more than the log holds: lower it
+	// durably before the log drops below it. (Raising it waits for the log.)
+	if err := l.lowerAckedLocked(st, sealed); err != nil {
+		return 0, err
 	}
 	return stranded, l.resetLocked(shard, st, sealed)
 }
@@ -95,13 +96,10 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 		return &CorruptionError{Shard: shard, Offset: sealed, Reason: fmt.Sprintf(
 			"the sealed watermark %d of an import is below the log's floor %d: sealed parts are missing from the manifest", sealed, st.mu.floor)}
 	}
-	if end := sealed + uint64(len(recs)); end < st.acked.Load() {
-		// As Adopt does: the acknowledged watermark must never claim more than the
-		// log holds, so it is lowered durably before the log drops below it.
-		st.acked.Store(end)
-		if err := l.writeMarksNow(); err != nil {
-			return err
-		}
+	// As Adopt does: the acknowledged watermark must never claim more than the log
+	// holds, so it is lowered durably before the log drops below it.
+	if err := l.lowerAckedLocked(st, sealed+uint64(len(recs))); err != nil {
+		return err
 	}
 	// The reset and the pages are one group: a crash leaves the old pages or the
 	// new ones.

@@ -104,3 +104,29 @@ func TestAdoptingASupersededBacklogDropsItAndReopensClean(t *testing.T) {
 		t.Fatalf("append after reopen: %d, %v", first, err)
 	}
 }
+
+// TestAnEpochNeverGoesBack: an owner epoch below the shard's is refused, and leaves
+// the shard at its epoch, in memory and after a reopen; the shard's own is set
+// again. A takeover decides from the epoch whether the log's pages are its own.
+func TestAnEpochNeverGoesBack(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, Options{})
+	if err := l.SetEpoch("s", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetEpoch("s", 3); !errors.Is(err, ErrStaleEpoch) {
+		l.Close()
+		t.Fatalf("SetEpoch(3) after SetEpoch(4): %v, want ErrStaleEpoch; the shard is at epoch %d", err, l.Info("s").Epoch)
+	}
+	if err := l.SetEpoch("s", 4); err != nil {
+		t.Fatalf("SetEpoch(4) again: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{})
+	defer l.Close()
+	if e := l.Info("s").Epoch; e != 4 {
+		t.Fatalf("after a refused SetEpoch(3) and a reopen the shard is at epoch %d, want 4", e)
+	}
+}
