@@ -22,9 +22,13 @@ test: vet
 fuzz:
 	$(call fuzz-all,5m)
 
+# staticcheck is pinned in tools/go.mod, a module of its own so that it never
+# reaches the modules that import l0. go tool -n builds it there and prints its
+# path; it runs here, so that ./... is this module's packages.
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	"$$($(GO) -C tools tool -n staticcheck)" ./...
 
 # Builds fake-gcs-server and versitygw at pinned versions into
 # $${L0_EMULATOR_CACHE:-~/.cache/l0/emulators}, once per version.
