@@ -26,6 +26,9 @@ type slowDriver struct {
 	key     *regexp.Regexp
 	arrived chan struct{}
 	pending func() error
+	// giveUp, if set, is what the caller sees at once (its client timed out),
+	// instead of waiting for its context to end.
+	giveUp error
 }
 
 func (d *slowDriver) arm(key string) {
@@ -52,7 +55,11 @@ func (d *slowDriver) Put(ctx context.Context, key string, body io.ReadSeeker, co
 		return err
 	}
 	close(d.arrived)
+	giveUp := d.giveUp
 	d.mu.Unlock()
+	if giveUp != nil {
+		return substrate.Attrs{}, giveUp
+	}
 	<-ctx.Done()
 	return substrate.Attrs{}, ctx.Err()
 }

@@ -131,6 +131,10 @@ type Claim struct {
 // Epoch is the owner epoch the takeover takes.
 func (c Claim) Epoch() uint64 { return c.Prev.Epoch + 1 }
 
+// Version is the authority's version of the manifest the claim read, empty for
+// none: the only version Take's write can land on, even late.
+func (c Claim) Version() substrate.Version { return c.ver }
+
 // Inspect reads shard's manifest for a takeover by instance: at once when it is
 // released, its owner's lease ended, or it is owned by the same instance (an
 // earlier incarnation, which the caller knows is gone); otherwise after the
@@ -207,7 +211,9 @@ func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts Le
 // Take publishes the takeover of c under the instance lease held, by
 // compare-and-swap: it bumps the epoch, which fences any earlier owner, names the
 // lease, and sets the shard's tail pointer to tail. ErrMoved means another write
-// came after c was read: inspect again.
+// came after c was read: inspect again. ErrUnknownOutcome means the takeover may
+// have landed or may still land (on c.Version() only): the shard may be owned
+// under held with no Owner to serve it.
 func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts LeaseOptions, tail *Tail) (*Owner, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -247,7 +253,11 @@ func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts Lea
 			return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, errors.Join(ErrUnknownOutcome, err, serr))
 		}
 		if !landed {
-			return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, err)
+			// Not there now; but a request still in flight may land later, on
+			// the version it was sent for (c's), and no later write of this
+			// takeover replaces it: the caller must treat the shard as possibly
+			// taken.
+			return nil, fmt.Errorf("manifest %s: take epoch %d: not there when read back, and may still land: %w", m.Shard, m.Epoch, errors.Join(ErrUnknownOutcome, err))
 		}
 		newVer = curVer
 	}
