@@ -24,7 +24,7 @@ var errProcessKilled = errors.New("the process was killed")
 // file system) drops what was not synced. before, if set, runs ahead of every call
 // that changes the file system, described as "create NAME", "reuse OLD as NEW",
 // "remove NAME", "rename OLD to NEW", "write N to NAME" or "sync NAME" (a
-// directory's NAME ends in a slash), and may kill the process.
+// directory's NAME ends in a slash), and may kill the process or fail the call.
 type lifeFS struct {
 	vfs.FS
 	life *life
@@ -32,7 +32,9 @@ type lifeFS struct {
 
 type life struct {
 	killed atomic.Bool
-	before func(what string)
+	// before runs ahead of every call that changes the file system; an error it
+	// returns fails that call, which then changes nothing.
+	before func(what string) error
 }
 
 func (l *life) kill() { l.killed.Store(true) }
@@ -41,13 +43,14 @@ func (fs lifeFS) call(what string) error {
 	if fs.life.killed.Load() {
 		return errProcessKilled
 	}
+	var err error
 	if fs.life.before != nil {
-		fs.life.before(what)
+		err = fs.life.before(what)
 	}
 	if fs.life.killed.Load() {
 		return errProcessKilled
 	}
-	return nil
+	return err
 }
 
 func (fs lifeFS) file(f vfs.File, err error, name string) (vfs.File, error) {
@@ -160,10 +163,11 @@ func TestAKillInsideTheFirstOpensMkdirLosesNoDirectory(t *testing.T) {
 	opts := Options{AckedInterval: time.Millisecond}
 
 	first := &life{}
-	first.before = func(what string) {
+	first.before = func(what string) error {
 		if what == "sync ./" {
 			first.kill()
 		}
+		return nil
 	}
 	o := opts
 	o.FS = lifeFS{FS: mem, life: first}
@@ -213,13 +217,14 @@ func TestAKillInsideARotationsDirectorySyncThenAPowerLossLosesNothing(t *testing
 
 	first := &life{}
 	var reused atomic.Bool
-	first.before = func(what string) {
+	first.before = func(what string) error {
 		switch {
 		case strings.HasPrefix(what, "reuse "):
 			reused.Store(true)
 		case reused.Load() && what == "sync wal/":
 			first.kill()
 		}
+		return nil
 	}
 	o := opts
 	o.FS = lifeFS{FS: mem, life: first}
@@ -249,11 +254,12 @@ func TestAKillInsideARotationsDirectorySyncThenAPowerLossLosesNothing(t *testing
 	// The next life: the power loss comes when it makes a segment of its own.
 	second := &life{}
 	var crashed *vfs.MemFS
-	second.before = func(what string) {
+	second.before = func(what string) error {
 		if crashed == nil && (strings.HasPrefix(what, "create wal/0") || strings.HasPrefix(what, "reuse ")) {
 			crashed = mem.CrashClone(vfs.CrashCloneCfg{})
 			second.kill()
 		}
+		return nil
 	}
 	o.FS = lifeFS{FS: mem, life: second}
 	if l, err := Open("wal", o); err == nil {

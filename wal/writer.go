@@ -144,6 +144,16 @@ func (w *writer) start() error {
 	if err := w.create(num); err != nil {
 		return err
 	}
+	// The segment's checkpoint is written and synced now, not with the life's first
+	// entries: a life that writes none (an open then a Close, a kill while idle, an
+	// open that fails later) would leave a segment without one, and the sealed
+	// segments before it could go only once a later segment has one. With it, the
+	// sealed segments the open replayed go at once.
+	if !w.flushOne(true) {
+		if err := w.failed(); err != nil {
+			return err
+		}
+	}
 	w.started = true
 	go w.flush()
 	return nil
@@ -273,17 +283,18 @@ func (w *writer) flush() {
 		case <-w.stop:
 			return
 		}
-		for w.flushOne() {
+		for w.flushOne(false) {
 		}
 		w.recycle()
 	}
 }
 
-// flushOne writes and syncs the filling group, if it holds anything, and reports
+// flushOne writes and syncs the filling group, if it holds anything (or, with
+// checkpoint, if the current segment still needs its checkpoint), and reports
 // whether it did.
-func (w *writer) flushOne() bool {
+func (w *writer) flushOne(checkpoint bool) bool {
 	w.mu.Lock()
-	if len(w.mu.buf) == groupHeaderLen || w.mu.err != nil {
+	if (len(w.mu.buf) == groupHeaderLen && !(checkpoint && w.mu.checkpoint)) || w.mu.err != nil {
 		w.mu.Unlock()
 		return false
 	}
@@ -416,12 +427,23 @@ func (w *writer) drop(refs []pageRef) {
 }
 
 // dropObsoleteLocked hands the flusher the oldest segments while none of their pages
-// is live, no reader holds them, and the segment after them has its checkpoint
-// synced: their floor, reset and epoch entries are in it. The current segment stays.
+// is live, no reader holds them, and a later segment has its checkpoint synced:
+// their floor, reset and epoch entries are in it, since a checkpoint holds what
+// every entry before it set. Any later one will do, not only the next: a segment
+// that a life writing nothing left, closed at the next open with no checkpoint,
+// holds no entry, and must not keep the segments before it. The current segment
+// stays.
 func (w *writer) dropObsoleteLocked() {
-	n := 0
 	segs := w.mu.segs
-	for n < len(segs)-1 && segs[n].live == 0 && segs[n].pins == 0 && segs[n+1].checkpointed {
+	ckpt := 0 // the newest checkpointed segment past the first, if any
+	for i := len(segs) - 1; i > 0; i-- {
+		if segs[i].checkpointed {
+			ckpt = i
+			break
+		}
+	}
+	n := 0
+	for n < ckpt && segs[n].live == 0 && segs[n].pins == 0 {
 		n++
 	}
 	if n == 0 {
