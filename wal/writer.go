@@ -389,6 +389,13 @@ func (w *writer) fail(g *group, err error) {
 	filling.finish(err)
 }
 
+// failed returns the error that stopped the log, if one did.
+func (w *writer) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.err
+}
+
 // pin keeps the segments of refs from being dropped while a reader reads them.
 func (w *writer) pin(refs []pageRef) []*segment {
 	w.mu.Lock()

@@ -123,21 +123,37 @@ func SyncDir(fsys vfs.FS, dir string) error {
 }
 
 // SyncPath makes dir's name durable, and its entries: it syncs dir and every
-// directory above it up to the root (of fsys: "." for a relative path, which goes
-// no higher). A directory found, not created, may be the leftover of a process
-// killed between its mkdir and the sync of its parent: nothing else would ever make
-// its name durable, and a power loss, at any later time, would take it back with
-// everything in it.
+// directory above it up to the root. A directory found, not created, may be the
+// leftover of a process killed between its mkdir and the sync of its parent:
+// nothing else would ever make its name durable, and a power loss, at any later
+// time, would take it back with everything in it.
+//
+// On the operating system's file system a relative dir is made absolute first, so
+// that the directories above the working directory are synced too (another vfs.FS
+// goes no higher than "."). A directory above dir that this process may not open
+// (one without read permission, as a home directory of mode 0711) is passed over:
+// it cannot be synced from here, and a process that may not read it could not
+// have created the directory below it either, unless it could write there.
 func SyncPath(fsys vfs.FS, dir string) error {
-	for {
-		if err := SyncDir(fsys, dir); err != nil {
+	if fsys == vfs.Default && !filepath.IsAbs(dir) {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
 			return err
 		}
+		dir = abs
+	}
+	if err := SyncDir(fsys, dir); err != nil {
+		return err
+	}
+	for {
 		parent := fsys.PathDir(dir)
 		if parent == dir {
 			return nil
 		}
 		dir = parent
+		if err := SyncDir(fsys, dir); err != nil && !errors.Is(err, os.ErrPermission) {
+			return err
+		}
 	}
 }
 

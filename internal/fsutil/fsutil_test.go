@@ -2,6 +2,8 @@ package fsutil
 
 import (
 	"bytes"
+	"errors"
+	"os"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -67,5 +69,40 @@ func TestSyncPathMakesEveryDirectoryAboveDurable(t *testing.T) {
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
 	if _, err := crashed.Stat("a/b/c"); err != nil {
 		t.Fatalf("after SyncPath and a power loss: %v", err)
+	}
+}
+
+// refusingFS refuses to open one directory, as the operating system does a
+// directory the process may not read.
+type refusingFS struct {
+	vfs.FS
+	refused string
+}
+
+func (f refusingFS) OpenDir(name string) (vfs.File, error) {
+	if name == f.refused {
+		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrPermission}
+	}
+	return f.FS.OpenDir(name)
+}
+
+// TestSyncPathPassesOverAnAncestorItMayNotOpen: a directory above the WAL's that the
+// process may not read does not refuse the open; the directories below and above it
+// are still synced. The WAL's own directory must be synced, and its refusal is an
+// error.
+func TestSyncPathPassesOverAnAncestorItMayNotOpen(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	if err := mem.MkdirAll("a/b/c", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncPath(refusingFS{mem, "a/b"}, "a/b/c"); err != nil {
+		t.Fatalf("SyncPath with a/b unreadable: %v", err)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	if _, err := crashed.Stat("a"); err != nil {
+		t.Fatalf("a, above the unreadable a/b, was not synced: %v", err)
+	}
+	if err := SyncPath(refusingFS{mem, "a/b/c"}, "a/b/c"); !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("SyncPath of an unreadable a/b/c itself: %v, want a permission error", err)
 	}
 }
