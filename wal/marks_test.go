@@ -13,9 +13,9 @@ import (
 	"github.com/l0store/l0/internal/fsutil"
 )
 
-// damageLastGroup flips a bit in the body of the last group of dir's newest segment,
+// damageNewestGroup flips a bit in the body of the last group of dir's newest segment,
 // durably: media damage that reads, at open, as the torn write a crash leaves.
-func damageLastGroup(t *testing.T, fs vfs.FS, dir string) {
+func damageNewestGroup(t *testing.T, fs vfs.FS, dir string) {
 	t.Helper()
 	names, err := fs.List(dir)
 	if err != nil {
@@ -80,7 +80,7 @@ func TestDamageAfterACleanCloseCannotUndoAnEpoch(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	damageLastGroup(t, fs, "wal")
+	damageNewestGroup(t, fs, "wal")
 	l, err := Open("wal", opts)
 	if err == nil {
 		e := l.Info("s").Epoch
@@ -113,7 +113,7 @@ func TestDamageAfterACleanCloseCannotUndoAReset(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	damageLastGroup(t, fs, "wal")
+	damageNewestGroup(t, fs, "wal")
 	l, err := Open("wal", opts)
 	if err == nil {
 		got := readAll(t, l, "s", l.Info("s").Floor)
