@@ -23,11 +23,12 @@
 // (formats in entry.go). Beside the segments:
 //
 //	LOCK:       the directory's lock, held while the log is open.
-//	l0-acked:   the acknowledged watermark: per shard the floor and the end of the
-//	            acknowledged records, rewritten atomically at most every
-//	            Options.AckedInterval, at Close, and at an open that recovered more
-//	            than it says (format in acked.go). Open refuses a log that replays
-//	            to less.
+//	l0-acked:   the acknowledged watermark: per shard the floor, the end of the
+//	            acknowledged records, the owner epoch and the group of the last
+//	            reset, rewritten atomically at most every Options.AckedInterval,
+//	            before SetEpoch returns, at Close, and at an open that recovered
+//	            other than it says (format in acked.go). Open refuses a log that
+//	            replays to less.
 //
 // Durability: Append returns after the group holding its page is synced; groups reach
 // the disk in order and a shard's pages enter them in offset order, so a page is

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,20 @@ func resealMarks(b []byte) {
 	binary.BigEndian.PutUint32(b[len(body):], crc32.Checksum(body, castagnoli))
 }
 
+// encodeMarksV1 encodes marks in the first format of the watermark file, version 1,
+// which has no epochs and resets, for the tests that hold the decoder to it.
+func encodeMarksV1(marks map[string]mark) []byte {
+	b := append([]byte(ackedMagic), ackedVersion1)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(marks)))
+	for _, id := range slices.Sorted(maps.Keys(marks)) {
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+		b = binary.BigEndian.AppendUint64(b, marks[id].floor)
+		b = binary.BigEndian.AppendUint64(b, marks[id].acked)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
 // marksAllocBound is what decoding a watermark file of n bytes may allocate: a map
 // entry and an id per shard, each of which takes 17 bytes at least, and the error;
 // the MiB is slack for what the fuzzing process allocates meanwhile.
@@ -143,8 +158,11 @@ func checkMarksDecode(t *testing.T, b []byte) {
 		return
 	}
 	// A file of unsorted or repeated ids decodes too (the last of an id wins): its
-	// encoding holds the same entries, sorted, less the repeats.
+	// encoding, in its version, holds the same entries, sorted, less the repeats.
 	again := encodeMarks(marks)
+	if b[len(ackedMagic)] == ackedVersion1 {
+		again = encodeMarksV1(marks)
+	}
 	count := binary.BigEndian.Uint32(b[len(ackedMagic)+1:])
 	switch {
 	case uint64(len(marks)) > uint64(count):
@@ -167,6 +185,8 @@ func FuzzDecodeMarks(f *testing.F) {
 	f.Add(encodeMarks(map[string]mark{"a": {floor: 0, acked: 7}}))
 	f.Add(encodeMarks(map[string]mark{"a": {floor: 0, acked: 7}, "orders-7": {floor: 100, acked: 1 << 40}, "": {floor: 1<<64 - 1, acked: 1<<64 - 1}}))
 	f.Add(encodeMarks(map[string]mark{strings.Repeat("s", 200): {floor: 3, acked: 3}, "\x00": {acked: 1}}))
+	f.Add(encodeMarks(map[string]mark{"a": {floor: 2, acked: 7, epoch: 3, reset: 9}, "b": {epoch: 1<<64 - 1}}))
+	f.Add(encodeMarksV1(map[string]mark{"a": {floor: 0, acked: 7}, "orders-7": {floor: 100, acked: 1 << 40}}))
 	f.Add([]byte(ackedMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkMarksDecode(t, b)

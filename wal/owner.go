@@ -16,14 +16,25 @@ func (l *Log) SetEpoch(shard string, epoch uint64) error {
 	defer l.exit()
 	st := l.state(shard)
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	if epoch < st.mu.epoch {
-		return fmt.Errorf("wal: set epoch of shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+	if cur := st.mu.epoch; epoch < cur {
+		st.mu.Unlock()
+		return fmt.Errorf("wal: set epoch of shard %q: epoch %d, the shard's is %d: %w", shard, epoch, cur, ErrStaleEpoch)
 	}
-	if err := l.logShardEntry(entryEpoch, shard, epoch); err != nil {
+	if _, err := l.logShardEntry(entryEpoch, shard, epoch); err != nil {
+		st.mu.Unlock()
 		return fmt.Errorf("wal: set epoch of shard %q: %w", shard, err)
 	}
 	st.mu.epoch = epoch
+	st.epochMark.Store(epoch)
+	st.mu.Unlock()
+	// The watermark claims the epoch before SetEpoch returns, so that damage to the
+	// group holding it is reported at open, after a crash as after a clean Close.
+	// SetEpoch is rare (an owner's takeover); those that run together share a
+	// write. If the write fails the epoch holds all the same (its entry is durable)
+	// and the error is returned; the watermark writer tries again.
+	if err := l.coverMarks(l.changes.Add(1)); err != nil {
+		return fmt.Errorf("wal: set epoch of shard %q: %w", shard, err)
+	}
 	return nil
 }
 
@@ -136,6 +147,7 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 	st.mu.next, st.mu.pages, st.mu.payload = next, refs, payload
 	st.mu.resets++
 	st.acked.Store(next)
+	st.resetMark.Store(g.seq)
 	l.changes.Add(1)
 	return nil
 }
@@ -158,7 +170,8 @@ func (l *Log) adoptLocked(shard string, st *shardState, sealed uint64) error {
 
 // resetLocked drops every page of the shard, durably, and continues it at next.
 func (l *Log) resetLocked(shard string, st *shardState, next uint64) error {
-	if err := l.logShardEntry(entryReset, shard, next); err != nil {
+	seq, err := l.logShardEntry(entryReset, shard, next)
+	if err != nil {
 		return err
 	}
 	l.w.drop(st.mu.pages)
@@ -166,6 +179,7 @@ func (l *Log) resetLocked(shard string, st *shardState, next uint64) error {
 	st.mu.next, st.mu.pages, st.mu.payload = next, nil, 0
 	st.mu.resets++
 	st.acked.Store(next)
+	st.resetMark.Store(seq)
 	l.changes.Add(1)
 	return nil
 }

@@ -26,12 +26,14 @@ func (e *SegmentError) Unwrap() error { return ErrCorrupt }
 // replayed is what the segments say of one shard.
 type replayed struct {
 	epoch, floor uint64
+	reset        uint64 // the sequence of the group holding the last reset, 0 for none
 	pages        []pageRef
 }
 
 // replay rebuilds the shards' state from the segments, in log order.
 type replay struct {
 	shards map[string]*replayed
+	first  uint64 // the first group's sequence
 	seq    uint64 // the last group's
 }
 
@@ -75,7 +77,7 @@ func (r *replay) apply(e entry, g *group) error {
 		r.shard(e.shard).raise(e.v)
 	case entryReset:
 		st := r.shard(e.shard)
-		st.pages, st.floor = nil, e.v
+		st.pages, st.floor, st.reset = nil, e.v, g.seq
 	case entryEpoch:
 		r.shard(e.shard).epoch = e.v
 	case entryCheckpoint:
@@ -132,6 +134,9 @@ func (r *replay) segment(s *segment, data []byte, newest bool) (end int64, close
 				return 0, false, err
 			}
 		}
+		if r.first == 0 {
+			r.first = h.seq
+		}
 		r.seq = h.seq
 		pos += groupHeaderLen + int(h.length)
 		if h.flags&groupLast != 0 {
@@ -154,6 +159,7 @@ type recovered struct {
 	// leftover are the other files outside the run, to remove once the log is
 	// accepted: a refused log stays as found.
 	leftover []string
+	first    uint64 // the first replayed group's sequence, 0 for none
 	seq      uint64 // the next group's sequence
 	// The newest segment, where its groups end, and whether the last is flagged.
 	newest *segment
@@ -275,6 +281,6 @@ func recoverSegments(fs vfs.FS, dir string, opts Options) (*recovered, error) {
 			p.g.seg.live++
 		}
 	}
-	rec.seq = r.seq + 1
+	rec.first, rec.seq = r.first, r.seq+1
 	return rec, nil
 }

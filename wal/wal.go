@@ -82,9 +82,9 @@ type Log struct {
 	dir      string
 	opts     Options
 
-	// changes counts appends and truncations; the watermark goroutine rewrites the
-	// l0-acked file when it moved since written, which only that goroutine (and Close
-	// after it) touches.
+	// changes counts appends, truncations, resets and epochs set; the watermark
+	// goroutine rewrites the l0-acked file when it moved since written (the count
+	// the last write saw, guarded by marksMu).
 	changes   atomic.Uint64
 	marksMu   sync.Mutex // serializes writes of the l0-acked file
 	written   uint64     // changes when last written; guarded by marksMu
@@ -137,10 +137,13 @@ type shardState struct {
 		given []givenPage
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
-	// their sync. floorMark is mu.floor once that is durable, for the watermark
-	// writer, which must not take mu.
+	// their sync. floorMark is mu.floor once that is durable, epochMark mu.epoch, and
+	// resetMark the sequence of the group holding the shard's last reset (0 for
+	// none), for the watermark writer, which must not take mu.
 	acked     atomic.Uint64
 	floorMark atomic.Uint64
+	epochMark atomic.Uint64
+	resetMark atomic.Uint64
 }
 
 // oldestLocked is when the shard's oldest page was appended; zero without pages.
@@ -238,6 +241,8 @@ func (l *Log) recover() error {
 		st := l.stateLocked(id)
 		st.setFloorLocked(r.floor)
 		st.mu.epoch = r.epoch
+		st.epochMark.Store(r.epoch)
+		st.resetMark.Store(r.reset)
 		st.mu.pages = r.pages
 		st.mu.next = r.floor
 		if n := len(r.pages); n > 0 {
@@ -249,7 +254,7 @@ func (l *Log) recover() error {
 		logged[id] = checkpointed{shard: id, epoch: r.epoch, floor: r.floor}
 	}
 	l.w = newWriter(l.fs, l.dir, l.opts, rec.segs, rec.pool, logged, rec.seq)
-	if err := l.checkMarks(marks); err != nil {
+	if err := l.checkMarks(marks, rec.first); err != nil {
 		return err
 	}
 	// Only a log the watermark accepts is written to: a refused one stays as found,
@@ -270,10 +275,12 @@ func (l *Log) recover() error {
 		st.acked.Store(st.mu.next)
 	}
 	// A kill before the watermark caught up leaves it behind the log. Claim what was
-	// recovered now: nothing else would rewrite it before a change, and a clean Close
-	// with none would leave the replayed records uncovered. Everything replayed is
-	// durable: settle synced the newest segment, and every older one was synced
-	// before the next was made.
+	// recovered now, records, floors, epochs and resets: nothing else would rewrite
+	// it before a change, and a clean Close with none would leave what was replayed
+	// uncovered. Everything replayed is durable: settle synced the newest segment,
+	// and every older one was synced before the next was made. A reset the
+	// watermark names in a group the log no longer holds is not claimed: the pages
+	// it dropped are gone with that group.
 	if !maps.Equal(marks, l.marks()) {
 		return l.writeMarksNow()
 	}
@@ -733,7 +740,7 @@ func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	if !st.boundaryLocked(next) {
 		return fmt.Errorf("wal: truncate shard %q through %d: %w", shard, next, ErrNotPageBoundary)
 	}
-	if err := l.logShardEntry(entryFloor, shard, next); err != nil {
+	if _, err := l.logShardEntry(entryFloor, shard, next); err != nil {
 		return err
 	}
 	l.w.drop(st.cutLocked(next))
@@ -742,16 +749,17 @@ func (l *Log) truncateLocked(shard string, st *shardState, next uint64) error {
 	return nil
 }
 
-// logShardEntry writes a floor, reset or epoch entry and waits for its sync.
-func (l *Log) logShardEntry(kind byte, shard string, v uint64) error {
+// logShardEntry writes a floor, reset or epoch entry, waits for its sync, and
+// returns the sequence of its group.
+func (l *Log) logShardEntry(kind byte, shard string, v uint64) (uint64, error) {
 	g, err := l.w.addShardEntry(kind, shard, v)
 	if err == nil {
 		err = g.wait()
 	}
 	if err != nil {
-		return l.fail("sync", err)
+		return 0, l.fail("sync", err)
 	}
-	return nil
+	return g.seq, nil
 }
 
 // Fsyncs returns how many times the log synced a segment.
