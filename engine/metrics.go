@@ -63,7 +63,8 @@ type Metrics struct {
 	// Config is what the declared replica set promises.
 	Config replica.Config
 	// Data is what the open shards' parts say: how many lack a copy, how many of
-	// those no upload will improve, whether every part survives losing one domain.
+	// those no upload will improve, whether every part survives losing one domain
+	// (false while no part is known).
 	Data replica.Durability
 	// Shards has an entry for every open shard and every shard with unsealed
 	// records in the WAL.
@@ -433,10 +434,10 @@ var (
 	descConfigSize    = prometheus.NewDesc("l0_replica_config_size", "Replicas in the declared set: configuration, not data.", nil, nil)
 	descConfigDomains = prometheus.NewDesc("l0_replica_config_domains", "Distinct failure domains in the declared set: configuration, not data.", nil, nil)
 	descConfigSPOF    = prometheus.NewDesc("l0_replica_config_single_point_of_failure", "1 if one failure domain holds every declared replica: configuration, not data.", nil, nil)
-	descDataParts     = prometheus.NewDesc("l0_data_parts", "Sealed parts of the open shards.", nil, nil)
+	descDataParts     = prometheus.NewDesc("l0_data_parts", "Sealed parts of the open shards: the parts the data gauges are computed from.", nil, nil)
 	descDataShort     = prometheus.NewDesc("l0_data_parts_under_replicated", "Parts of the open shards that some replica of the set lacks.", nil, nil)
 	descDataStuck     = prometheus.NewDesc("l0_data_parts_under_replicated_unqueued", "Under-replicated parts with no upload queued: nothing improves them until a backfill.", nil, nil)
-	descDataSurvives  = prometheus.NewDesc("l0_data_survives_domain_loss", "1 if every part of the open shards has copies in two failure domains.", nil, nil)
+	descDataSurvives  = prometheus.NewDesc("l0_data_survives_domain_loss", "1 if l0_data_parts is at least 1 and every one of those parts has copies in two failure domains; 0 with no part known. It covers the open shards only: l0_fleet_scan_data_survives_domain_loss answers for every stored shard.", nil, nil)
 )
 
 func (c durabilityCollector) Describe(ch chan<- *prometheus.Desc) {
