@@ -43,6 +43,11 @@ type Metrics struct {
 	// StrandedRecords counts acknowledged records an open dropped because another
 	// instance had taken the shard over since (see DESIGN.md, "Ownership").
 	StrandedRecords uint64
+	// UnacknowledgedRecordsDropped counts, in Remote mode, the records an open
+	// dropped for the same reason that were never acknowledged: their pages were
+	// never shipped (a shipped page is in the next owner's history), and an append
+	// is acknowledged only once its page is.
+	UnacknowledgedRecordsDropped uint64
 	// TailRecordsTaken counts the records takeovers read from a previous owner's
 	// tail: what a move that was not a cooperative Close made the next owner
 	// replay (a Close seals everything first, and leaves none).
@@ -102,6 +107,7 @@ type metrics struct {
 	errors      *prometheus.CounterVec
 	commits     []prometheus.Collector // the WAL's group commits
 	stranded    prometheus.Counter
+	unacked     prometheus.Counter
 	tailTaken   prometheus.Counter
 	lag         prometheus.Histogram
 	uploads     []prometheus.Collector
@@ -152,7 +158,11 @@ func newMetrics(e *Engine) *metrics {
 	})
 	m.stranded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "l0_stranded_records_total",
-		Help: "Acknowledged records dropped at an open because another instance had taken the shard over since.",
+		Help: "Acknowledged records dropped at an open because another instance had taken the shard over since. In Remote mode an acknowledged record is in the next owner's history, and this stays 0; see l0_unacknowledged_records_dropped_total.",
+	})
+	m.unacked = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_unacknowledged_records_dropped_total",
+		Help: "Records an open dropped, in Remote mode, because another instance had taken the shard over since, that were never acknowledged: their pages were never shipped. Not a loss.",
 	})
 	stat := func(name, help string, f func(seal.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
@@ -256,7 +266,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.registerer = reg
-	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.stranded, m.tailTaken, shardCollector{m}}, m.seals...)
+	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.stranded, m.unacked, m.tailTaken, shardCollector{m}}, m.seals...)
 	all = append(all, m.commits...)
 	all = append(all, m.tail...)
 	for _, c := range append(all, m.uploads...) {
@@ -350,14 +360,15 @@ func (e *Engine) Metrics() Metrics {
 	var h dto.Metric
 	_ = m.duration.Write(&h)
 	out := Metrics{
-		Appends:          counterValue(m.appends),
-		AppendedRecords:  counterValue(m.records),
-		AppendedBytes:    counterValue(m.bytes),
-		AppendDuration:   time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
-		AppendErrors:     make(map[string]uint64, len(reasons)),
-		StrandedRecords:  counterValue(m.stranded),
-		TailRecordsTaken: counterValue(m.tailTaken),
-		Shards:           make(map[string]ShardMetrics),
+		Appends:                      counterValue(m.appends),
+		AppendedRecords:              counterValue(m.records),
+		AppendedBytes:                counterValue(m.bytes),
+		AppendDuration:               time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
+		AppendErrors:                 make(map[string]uint64, len(reasons)),
+		StrandedRecords:              counterValue(m.stranded),
+		UnacknowledgedRecordsDropped: counterValue(m.unacked),
+		TailRecordsTaken:             counterValue(m.tailTaken),
+		Shards:                       make(map[string]ShardMetrics),
 	}
 	c := m.walCommits()
 	out.WALFsyncs, out.WALWrittenBytes, out.WALWriteTime, out.WALFsyncTime = c.Groups, c.Bytes, c.Write, c.Sync
