@@ -363,7 +363,9 @@ const renewConcurrency = 32
 // flight and releases its lease without sealing: the next open on this Dir seals
 // the pages), stops the seals and renewals, closes the WAL, and unregisters the
 // metrics. Close shards with Shard.Close first for a cooperative handoff. Later
-// calls fail with ErrClosed.
+// calls fail with ErrClosed. It releases the instance lease, unless in Local mode a
+// shard's retire failed (its pages could not be shipped, or their end recorded):
+// the lease then runs out, and an open of this Dir before it does ships them.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.mu.closed {
@@ -385,6 +387,9 @@ func (e *Engine) Close() error {
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, renewConcurrency)
+		// keep: a Local-mode shard's retire failed, so its lease is kept, and with
+		// it the instance lease it is held under (see below).
+		keep bool
 	)
 	// The shards retire together: one after another, a thousand shards' releases
 	// outran the deadline and left the last ones leased.
@@ -395,6 +400,7 @@ func (e *Engine) Close() error {
 			if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
 				mu.Lock()
 				errs = append(errs, err)
+				keep = keep || e.opts.Durability == Local
 				mu.Unlock()
 			}
 		})
@@ -407,7 +413,17 @@ func (e *Engine) Close() error {
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	e.releaseLease(ctx)
+	// A shard's lease is held under the instance lease: releasing it would hand
+	// over a shard whose retire kept its lease. In Local mode that shard's
+	// acknowledged pages may be on this Dir alone (not shipped, or not where its
+	// manifest points), and a new owner taking it at once would read a history
+	// without them; kept, the lease runs out, and an open of this Dir before then
+	// ships them.
+	if keep {
+		e.opts.Logger.Warn("engine: close: the instance lease is kept: a shard's retire failed in Local mode; it runs out")
+	} else {
+		e.releaseLease(ctx)
+	}
 	e.sealer.Close()
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all
