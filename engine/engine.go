@@ -94,6 +94,10 @@ type Engine struct {
 		done    chan struct{} // closed when watchTail returns
 		mu      sync.Mutex
 		retired tail.FlushStats // the counters of the streams fenced before cur
+		// waiting are the shards whose pages wait for a move to cur: from the
+		// fence until their manifest points at cur, their records past what the
+		// fenced stream holds are on this Dir alone (see tailStats).
+		waiting map[string]bool
 	}
 	// collector is the state of collectTail, which alone uses seen: when each tail
 	// object was first listed.

@@ -221,7 +221,7 @@ func newMetrics(e *Engine) *metrics {
 		flush("l0_tail_bytes_total", "Record bytes shipped in tail objects.", func(s tail.FlushStats) float64 { return float64(s.Bytes) }),
 		flush("l0_tail_put_failures_total", "Tail puts that failed (each is retried).", func(s tail.FlushStats) float64 { return float64(s.Failures) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses.",
+			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses. After a fence it counts every page of the shards that wait for their move to the new incarnation (an upper bound until they move).",
 		}, func() float64 { return float64(e.tailStats().Pending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "l0_tail_unshipped_age_seconds", Help: "Age of the oldest page not yet shipped to the tail; 0 without any.",

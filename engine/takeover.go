@@ -49,6 +49,13 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 			return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 		}
 		e.metrics.tailTaken.Add(float64(taken))
+		if t := owner.Manifest().Tail; t != nil && t.Instance == e.opts.Instance && t.Incarnation == e.tail.cur.Load().incarnation {
+			// The takeover pointed the shard at the current stream: nothing of it
+			// waits for a move (a retire after a failed one, then this open).
+			e.tail.mu.Lock()
+			delete(e.tail.waiting, id)
+			e.tail.mu.Unlock()
+		}
 		if owner.Lapsed() {
 			// The takeover was found landed by reading back, which confirms no
 			// generation of the lease: confirm it now rather than at the next
