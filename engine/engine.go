@@ -94,6 +94,10 @@ type Engine struct {
 		done    chan struct{} // closed when watchTail returns
 		mu      sync.Mutex
 		retired tail.FlushStats // the counters of the streams fenced before cur
+		// waiting are the shards whose pages wait for a move to cur: from the
+		// fence until their manifest points at cur, their records past what the
+		// fenced stream holds are on this Dir alone (see tailStats).
+		waiting map[string]bool
 	}
 	// collector is the state of collectTail, which alone uses seen: when each tail
 	// object was first listed.
@@ -363,7 +367,9 @@ const renewConcurrency = 32
 // flight and releases its lease without sealing: the next open on this Dir seals
 // the pages), stops the seals and renewals, closes the WAL, and unregisters the
 // metrics. Close shards with Shard.Close first for a cooperative handoff. Later
-// calls fail with ErrClosed.
+// calls fail with ErrClosed. It releases the instance lease, unless in Local mode a
+// shard's retire failed (its pages could not be shipped, or their end recorded):
+// the lease then runs out, and an open of this Dir before it does ships them.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.mu.closed {
@@ -385,6 +391,9 @@ func (e *Engine) Close() error {
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, renewConcurrency)
+		// keep: a Local-mode shard's retire failed, so its lease is kept, and with
+		// it the instance lease it is held under (see below).
+		keep bool
 	)
 	// The shards retire together: one after another, a thousand shards' releases
 	// outran the deadline and left the last ones leased.
@@ -395,6 +404,7 @@ func (e *Engine) Close() error {
 			if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
 				mu.Lock()
 				errs = append(errs, err)
+				keep = keep || e.opts.Durability == Local
 				mu.Unlock()
 			}
 		})
@@ -407,7 +417,17 @@ func (e *Engine) Close() error {
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	e.releaseLease(ctx)
+	// A shard's lease is held under the instance lease: releasing it would hand
+	// over a shard whose retire kept its lease. In Local mode that shard's
+	// acknowledged pages may be on this Dir alone (not shipped, or not where its
+	// manifest points), and a new owner taking it at once would read a history
+	// without them; kept, the lease runs out, and an open of this Dir before then
+	// ships them.
+	if keep {
+		e.opts.Logger.Warn("engine: close: the instance lease is kept: a shard's retire failed in Local mode; it runs out")
+	} else {
+		e.releaseLease(ctx)
+	}
 	e.sealer.Close()
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all

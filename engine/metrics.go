@@ -43,6 +43,11 @@ type Metrics struct {
 	// StrandedRecords counts acknowledged records an open dropped because another
 	// instance had taken the shard over since (see DESIGN.md, "Ownership").
 	StrandedRecords uint64
+	// UnacknowledgedRecordsDropped counts, in Remote mode, the records an open
+	// dropped for the same reason that were never acknowledged: their pages were
+	// never shipped (a shipped page is in the next owner's history), and an append
+	// is acknowledged only once its page is.
+	UnacknowledgedRecordsDropped uint64
 	// TailRecordsTaken counts the records takeovers read from a previous owner's
 	// tail: what a move that was not a cooperative Close made the next owner
 	// replay (a Close seals everything first, and leaves none).
@@ -63,7 +68,8 @@ type Metrics struct {
 	// Config is what the declared replica set promises.
 	Config replica.Config
 	// Data is what the open shards' parts say: how many lack a copy, how many of
-	// those no upload will improve, whether every part survives losing one domain.
+	// those no upload will improve, whether every part survives losing one domain
+	// (false while no part is known).
 	Data replica.Durability
 	// Shards has an entry for every open shard and every shard with unsealed
 	// records in the WAL.
@@ -101,6 +107,7 @@ type metrics struct {
 	errors      *prometheus.CounterVec
 	commits     []prometheus.Collector // the WAL's group commits
 	stranded    prometheus.Counter
+	unacked     prometheus.Counter
 	tailTaken   prometheus.Counter
 	lag         prometheus.Histogram
 	uploads     []prometheus.Collector
@@ -151,7 +158,11 @@ func newMetrics(e *Engine) *metrics {
 	})
 	m.stranded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "l0_stranded_records_total",
-		Help: "Acknowledged records dropped at an open because another instance had taken the shard over since.",
+		Help: "Acknowledged records dropped at an open because another instance had taken the shard over since. In Remote mode an acknowledged record is in the next owner's history, and this stays 0; see l0_unacknowledged_records_dropped_total.",
+	})
+	m.unacked = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "l0_unacknowledged_records_dropped_total",
+		Help: "Records an open dropped, in Remote mode, because another instance had taken the shard over since, that were never acknowledged: their pages were never shipped. Not a loss.",
 	})
 	stat := func(name, help string, f func(seal.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
@@ -210,7 +221,7 @@ func newMetrics(e *Engine) *metrics {
 		flush("l0_tail_bytes_total", "Record bytes shipped in tail objects.", func(s tail.FlushStats) float64 { return float64(s.Bytes) }),
 		flush("l0_tail_put_failures_total", "Tail puts that failed (each is retried).", func(s tail.FlushStats) float64 { return float64(s.Failures) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses.",
+			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses. After a fence it counts every page of the shards that wait for their move to the new incarnation (an upper bound until they move).",
 		}, func() float64 { return float64(e.tailStats().Pending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "l0_tail_unshipped_age_seconds", Help: "Age of the oldest page not yet shipped to the tail; 0 without any.",
@@ -255,7 +266,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.registerer = reg
-	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.stranded, m.tailTaken, shardCollector{m}}, m.seals...)
+	all := append([]prometheus.Collector{m.appends, m.records, m.bytes, m.duration, m.errors, m.stranded, m.unacked, m.tailTaken, shardCollector{m}}, m.seals...)
 	all = append(all, m.commits...)
 	all = append(all, m.tail...)
 	for _, c := range append(all, m.uploads...) {
@@ -349,14 +360,15 @@ func (e *Engine) Metrics() Metrics {
 	var h dto.Metric
 	_ = m.duration.Write(&h)
 	out := Metrics{
-		Appends:          counterValue(m.appends),
-		AppendedRecords:  counterValue(m.records),
-		AppendedBytes:    counterValue(m.bytes),
-		AppendDuration:   time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
-		AppendErrors:     make(map[string]uint64, len(reasons)),
-		StrandedRecords:  counterValue(m.stranded),
-		TailRecordsTaken: counterValue(m.tailTaken),
-		Shards:           make(map[string]ShardMetrics),
+		Appends:                      counterValue(m.appends),
+		AppendedRecords:              counterValue(m.records),
+		AppendedBytes:                counterValue(m.bytes),
+		AppendDuration:               time.Duration(h.GetHistogram().GetSampleSum() * float64(time.Second)),
+		AppendErrors:                 make(map[string]uint64, len(reasons)),
+		StrandedRecords:              counterValue(m.stranded),
+		UnacknowledgedRecordsDropped: counterValue(m.unacked),
+		TailRecordsTaken:             counterValue(m.tailTaken),
+		Shards:                       make(map[string]ShardMetrics),
 	}
 	c := m.walCommits()
 	out.WALFsyncs, out.WALWrittenBytes, out.WALWriteTime, out.WALFsyncTime = c.Groups, c.Bytes, c.Write, c.Sync
@@ -433,10 +445,10 @@ var (
 	descConfigSize    = prometheus.NewDesc("l0_replica_config_size", "Replicas in the declared set: configuration, not data.", nil, nil)
 	descConfigDomains = prometheus.NewDesc("l0_replica_config_domains", "Distinct failure domains in the declared set: configuration, not data.", nil, nil)
 	descConfigSPOF    = prometheus.NewDesc("l0_replica_config_single_point_of_failure", "1 if one failure domain holds every declared replica: configuration, not data.", nil, nil)
-	descDataParts     = prometheus.NewDesc("l0_data_parts", "Sealed parts of the open shards.", nil, nil)
+	descDataParts     = prometheus.NewDesc("l0_data_parts", "Sealed parts of the open shards: the parts the data gauges are computed from.", nil, nil)
 	descDataShort     = prometheus.NewDesc("l0_data_parts_under_replicated", "Parts of the open shards that some replica of the set lacks.", nil, nil)
 	descDataStuck     = prometheus.NewDesc("l0_data_parts_under_replicated_unqueued", "Under-replicated parts with no upload queued: nothing improves them until a backfill.", nil, nil)
-	descDataSurvives  = prometheus.NewDesc("l0_data_survives_domain_loss", "1 if every part of the open shards has copies in two failure domains.", nil, nil)
+	descDataSurvives  = prometheus.NewDesc("l0_data_survives_domain_loss", "1 if l0_data_parts is at least 1 and every one of those parts has copies in two failure domains; 0 with no part known. It covers the open shards only: l0_fleet_scan_data_survives_domain_loss answers for every stored shard.", nil, nil)
 )
 
 func (c durabilityCollector) Describe(ch chan<- *prometheus.Desc) {

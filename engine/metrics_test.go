@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/l0store/l0/replica"
 )
 
 func TestEverySeriesExistsAtZeroAndTheRegistryLintsClean(t *testing.T) {
@@ -164,4 +166,24 @@ func TestEnginesShareARegistererOneAfterAnother(t *testing.T) {
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
 	return family(t, reg, name).GetMetric()[0].GetHistogram().GetSampleCount()
+}
+
+// TestAnEngineThatKnowsNoPartNeverClaimsSurvival: a fresh engine with a replica in
+// a second domain has opened no shard, so it knows no part; its data gauge claims
+// nothing, scrape after scrape, and says so beside the parts it knows.
+func TestAnEngineThatKnowsNoPartNeverClaimsSurvival(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	open(t, Options{Dir: t.TempDir(), Registerer: reg, Replicas: []replica.Spec{
+		{Name: "near", Domain: "node-a", Bucket: bucketFor(t, "near")},
+		{Name: "far", Domain: "zone-b", Bucket: bucketFor(t, "far")},
+	}})
+	if got := gathered(t, reg, "l0_replica_config_domains"); got != 2 {
+		t.Fatalf("l0_replica_config_domains = %v, want 2 (what this test is about changed)", got)
+	}
+	for i := range 3 {
+		survives, parts := gathered(t, reg, "l0_data_survives_domain_loss"), gathered(t, reg, "l0_data_parts")
+		if survives != 0 || parts != 0 {
+			t.Fatalf("scrape %d: l0_data_survives_domain_loss = %v with l0_data_parts = %v", i, survives, parts)
+		}
+	}
 }

@@ -125,6 +125,11 @@ func (e *Engine) reincarnate(old *tailStream) error {
 	e.opts.Logger.Warn("engine: the tail was fenced by a takeover; carrying on in a new incarnation",
 		"old", old.incarnation, "new", s.incarnation)
 	owners, _ := e.owners()
+	e.tail.mu.Lock()
+	for id := range owners {
+		e.waitFor(id)
+	}
+	e.tail.mu.Unlock()
 	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
 	defer cancel()
 	for id, o := range owners {
@@ -139,10 +144,19 @@ func (e *Engine) reincarnate(old *tailStream) error {
 // appends fail from then on (its acknowledged records are all in the stream it
 // was on, which the manifest still names) until it is closed and opened again.
 func (e *Engine) moveShard(ctx context.Context, id string, o *manifest.Owner, s *tailStream) error {
+	e.tail.mu.Lock()
+	e.waitFor(id)
+	e.tail.mu.Unlock()
 	ptr := e.tailPointer(s)
 	err := e.shipBacklog(ctx, s, id, o.Epoch(), o.Sealed(), true)
 	if err == nil {
 		err = o.PointTail(ctx, *ptr)
+	}
+	if err == nil || errors.Is(err, manifest.ErrFenced) || errors.Is(err, manifest.ErrOwned) {
+		// Moved; or another owner's now, its pages here superseded.
+		e.tail.mu.Lock()
+		delete(e.tail.waiting, id)
+		e.tail.mu.Unlock()
 	}
 	if err != nil {
 		err = fmt.Errorf("engine: shard %q: move to tail incarnation %d: %w", id, s.incarnation, err)
@@ -152,13 +166,39 @@ func (e *Engine) moveShard(ctx context.Context, id string, o *manifest.Owner, s 
 	return err
 }
 
-// tailStats are the counters of every stream this engine shipped.
+// waitFor records that shard id's pages wait for a move to the current stream,
+// e.tail.mu held.
+func (e *Engine) waitFor(id string) {
+	if e.tail.waiting == nil {
+		e.tail.waiting = map[string]bool{}
+	}
+	e.tail.waiting[id] = true
+}
+
+// tailStats are the counters of every stream this engine shipped. What is not
+// shipped (Pending, Oldest) is the current stream's, and every page of a shard
+// that waits for a move to it: until its manifest points there, a page of it
+// that the fenced stream missed is on this Dir alone, even once put in the new
+// stream. (The pages the fenced stream holds count too: an upper bound while a
+// move waits, as the WAL does not know which shard's pages an object held.) A
+// shard with no pages left waits no longer.
 func (e *Engine) tailStats() tail.FlushStats {
 	e.tail.mu.Lock()
 	defer e.tail.mu.Unlock()
 	cur := e.tail.cur.Load().flusher.Stats()
 	sum := addStats(e.tail.retired, cur)
 	sum.Pending, sum.Oldest = cur.Pending, cur.Oldest
+	for id := range e.tail.waiting {
+		info := e.log.Info(id)
+		if info.Pages == 0 {
+			delete(e.tail.waiting, id)
+			continue
+		}
+		sum.Pending += int(info.UnsealedBytes)
+		if sum.Oldest.IsZero() || info.Oldest.Before(sum.Oldest) {
+			sum.Oldest = info.Oldest
+		}
+	}
 	return sum
 }
 

@@ -49,6 +49,13 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 			return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 		}
 		e.metrics.tailTaken.Add(float64(taken))
+		if t := owner.Manifest().Tail; t != nil && t.Instance == e.opts.Instance && t.Incarnation == e.tail.cur.Load().incarnation {
+			// The takeover pointed the shard at the current stream: nothing of it
+			// waits for a move (a retire after a failed one, then this open).
+			e.tail.mu.Lock()
+			delete(e.tail.waiting, id)
+			e.tail.mu.Unlock()
+		}
 		if owner.Lapsed() {
 			// The takeover was found landed by reading back, which confirms no
 			// generation of the lease: confirm it now rather than at the next
@@ -138,6 +145,15 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 // a later owner, which in Remote mode adopted every record this engine
 // acknowledged (in Local mode, a record never shipped may have been replaced, and
 // goes uncounted; the unshipped-window gauges are that loss's measure).
+//
+// In Remote mode the records in no one's history are counted apart, as
+// unacknowledged: an append is acknowledged there only once its page is shipped,
+// and the next owner read every page shipped before its fence, so a page the
+// history lacks was never shipped, and its append was never acknowledged. They
+// are the pages of appends that ended without an outcome (or never returned, the
+// machine lost); dropping them loses nothing acknowledged, and stranded stays 0.
+// The mode is this engine's now: a Dir written in Local mode and reopened in Remote
+// mode would count its Local records as unacknowledged.
 func (e *Engine) supersede(id string, walEpoch uint64, prev manifest.Manifest, tailed [][]byte) error {
 	info := e.log.Info(id)
 	if info.Pages == 0 && info.Next == prev.Sealed {
@@ -161,7 +177,11 @@ func (e *Engine) supersede(id string, walEpoch uint64, prev manifest.Manifest, t
 	if _, err := e.log.Adopt(id, walEpoch, prev.Sealed, false); err != nil {
 		return err
 	}
-	if stranded > 0 {
+	if stranded > 0 && e.opts.Durability == Remote {
+		e.metrics.unacked.Add(float64(stranded))
+		e.opts.Logger.Info("engine: dropped records never acknowledged (their pages were never shipped) another owner superseded",
+			"shard", id, "records", stranded, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
+	} else if stranded > 0 {
 		e.metrics.stranded.Add(float64(stranded))
 		e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
 			"shard", id, "records", stranded, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)

@@ -57,3 +57,42 @@ func Example() {
 	// appended at 0 <nil>
 	// left: <nil> owns []
 }
+
+// What README.md's fleet snippet names and leaves to the reader: the shared bucket,
+// the server's catalog, a record, and error handling (check stands for the
+// caller's).
+var (
+	ctx       = context.Background()
+	gcsBucket *substrate.Bucket
+	rec       []byte
+)
+
+// catalog returns every shard the fleet places, with its weight.
+func catalog(context.Context) ([]fleet.Shard, error) {
+	return []fleet.Shard{{ID: "orders-7"}, {ID: "orders-8", Weight: 2}}, nil
+}
+
+func check(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// The snippet in README.md, verbatim: a test in tests/ compares the two.
+func Example_readme() {
+	e, err := engine.Open(ctx, engine.Options{Dir: "/var/lib/l0", Bucket: gcsBucket})
+	check(err)
+	m, err := fleet.Join(ctx, e, fleet.Options{
+		Weight:     4,       // this server's share, say its cores
+		Shards:     catalog, // a func returning every shard to place, with its weight
+		ScanShards: 8,       // fleet-wide scans, one lease per scan shard
+		Revoked:    func(id string) { /* stop routing id here */ },
+	})
+	check(err)
+	if sh, ok := m.Shard("orders-7"); ok { // open here: serve it
+		_, err := sh.Append(ctx, rec)
+		check(err)
+	} // else: redirect to the assignee
+	check(m.Leave(ctx)) // hands every shard over, then
+	check(e.Close())
+}

@@ -17,7 +17,7 @@ var (
 	descPublishes   = prometheus.NewDesc("l0_fleet_publishes_total", "Assignments the member published as leader.", nil, nil)
 	descScanParts   = prometheus.NewDesc("l0_fleet_scan_data_parts", "Sealed parts of every stored shard of the scan shard, open anywhere or not, at its last pass.", []string{"scan"}, nil)
 	descScanShort   = prometheus.NewDesc("l0_fleet_scan_data_parts_under_replicated", "Parts of the scan shard's stored shards that some replica lacks, at its last pass.", []string{"scan"}, nil)
-	descScanSurvive = prometheus.NewDesc("l0_fleet_scan_data_survives_domain_loss", "1 if every part of the scan shard's stored shards has copies in two failure domains, at its last pass.", []string{"scan"}, nil)
+	descScanSurvive = prometheus.NewDesc("l0_fleet_scan_data_survives_domain_loss", "1 if the scan shard's last pass found at least one part (l0_fleet_scan_data_parts) and every part of its stored shards has copies in two failure domains; 0 with no part found.", []string{"scan"}, nil)
 	descScanBackf   = prometheus.NewDesc("l0_fleet_scan_backfilled_parts", "Parts the scan shard's last pass copied for shards nobody had open.", []string{"scan"}, nil)
 	descScanOrphans = prometheus.NewDesc("l0_fleet_scan_orphan_parts_deleted", "Part objects no manifest names or ever will that the scan shard's last pass deleted.", []string{"scan"}, nil)
 )

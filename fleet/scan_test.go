@@ -188,13 +188,13 @@ func TestScanShardsSplitTheStoreAndOneIsTheSingleWorker(t *testing.T) {
 }
 
 // The gauges of an engine cover the shards open on it, so an engine on a
-// single-copy store reads "survives a domain loss" while none is open; a scan's
+// single-copy store knows no part while none is open and claims nothing; a scan's
 // cover every stored shard.
 func TestDurabilityGaugesCoverShardsNobodyHasOpen(t *testing.T) {
 	t.Run("single copy", func(t *testing.T) {
 		e := memMachine(t, mem.New())
 		storeShards(t, e, 5)
-		if d := e.Metrics().Data; !d.SurvivesDomainLoss || d.Parts != 0 {
+		if d := e.Metrics().Data; d.SurvivesDomainLoss || d.Parts != 0 {
 			t.Fatalf("the engine's own gauges with no shard open: %+v (what this test is about changed)", d)
 		}
 		reg := prometheus.NewRegistry()

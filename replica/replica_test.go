@@ -76,6 +76,38 @@ func TestDurabilityComesFromThePartsNotTheConfiguration(t *testing.T) {
 	}
 }
 
+// TestSurvivalIsClaimedFromPartsOnly: no part known is no evidence of survival,
+// and a set of one domain never survives its loss, whatever its parts' copies.
+func TestSurvivalIsClaimedFromPartsOnly(t *testing.T) {
+	two, err := NewSet([]Spec{{"a", "d1", bucket(t, "a", nil)}, {"b", "d2", bucket(t, "b", nil)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := NewSet([]Spec{{"a", "d1", bucket(t, "a1", nil)}, {"b", "d1", bucket(t, "b1", nil)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := []PartReplicas{{"p1", []string{"a", "b"}}, {"p2", []string{"a", "b"}}}
+	for _, tc := range []struct {
+		name  string
+		set   *Set
+		parts []PartReplicas
+		want  bool
+	}{
+		{"two domains, no part known", two, nil, false},
+		{"two domains, no part known (empty)", two, []PartReplicas{}, false},
+		{"one domain, no part known", one, nil, false},
+		{"one domain, every part on every replica", one, both, false},
+		{"two domains, every part on both", two, both, true},
+		{"two domains, one part on one", two, append(both[:1:1], PartReplicas{"p3", []string{"a"}}), false},
+	} {
+		d := tc.set.Assess(tc.parts, nil)
+		if d.SurvivesDomainLoss != tc.want || d.Parts != len(tc.parts) {
+			t.Errorf("%s: SurvivesDomainLoss = %v with %d parts, want %v", tc.name, d.SurvivesDomainLoss, d.Parts, tc.want)
+		}
+	}
+}
+
 // writePart writes a real part file and returns its path and info.
 func writePart(t *testing.T, n int) (string, part.Info) {
 	t.Helper()

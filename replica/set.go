@@ -140,15 +140,17 @@ type Durability struct {
 	// Stuck are under-replicated parts with no upload queued: nothing will improve
 	// them until a backfill.
 	Stuck int
-	// SurvivesDomainLoss: every part has copies in at least two failure domains (or
-	// the set has one domain and every part is on every replica).
+	// SurvivesDomainLoss is claimed from evidence only: at least one part is known
+	// and every part has copies in at least two failure domains. With no part known
+	// it is false (read it beside Parts), and so it is for a set of one domain, even
+	// with every part on every replica: losing that domain loses them all.
 	SurvivesDomainLoss bool
 }
 
 // Assess computes Durability from parts' replica names; queued reports whether an
 // upload of a part is queued or running.
 func (s *Set) Assess(parts []PartReplicas, queued func(key string) bool) Durability {
-	d := Durability{Parts: len(parts), SurvivesDomainLoss: true}
+	d := Durability{Parts: len(parts), SurvivesDomainLoss: len(parts) > 0}
 	for _, p := range parts {
 		domains := map[string]bool{}
 		held := 0
