@@ -264,9 +264,6 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	defer cancel()
 	defer context.AfterFunc(e.closing, cancel)()
 	owner, armed, err := e.takeOver(tctx, id, opts)
-	if errors.Is(err, manifest.ErrUnknownOutcome) {
-		e.orphaned(id) // the takeover may have landed: owned, and served by no one
-	}
 	if err != nil {
 		if e.closing.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrClosed, err)
@@ -290,6 +287,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()
+		e.orphaned(id) // owned under the instance lease, and served by no one
 		return nil, err
 	}
 	e.mu.shards[id] = sh

@@ -29,7 +29,7 @@ type instanceLease struct {
 	orphans struct {
 		sync.WaitGroup // the pass in flight
 		mu             sync.Mutex
-		ids            map[string]bool
+		ids            map[string]orphan
 		running        bool
 		closed         bool        // Close began: no pass starts
 		retry          func() bool // stops the next pass's timer
@@ -120,15 +120,37 @@ func (e *Engine) renew(ctx context.Context, h *lease.Held) error {
 	return nil
 }
 
+// orphan is why a shard may be owned under the lease and open nowhere.
+type orphan struct {
+	// inFlight is set for a takeover of unknown outcome: its write may land
+	// later, on the manifest's version sentFor (empty: no manifest), and only
+	// there.
+	inFlight bool
+	sentFor  substrate.Version
+}
+
 // orphaned records that shard id may be owned under the lease and open nowhere.
 func (e *Engine) orphaned(id string) {
+	e.addOrphan(id, orphan{}, false)
+}
+
+// takeoverOrphaned records that a takeover of shard id, whose write was sent for
+// the manifest's version sentFor, may have landed or may still land.
+func (e *Engine) takeoverOrphaned(id string, sentFor substrate.Version) {
+	e.addOrphan(id, orphan{inFlight: true, sentFor: sentFor}, true)
+}
+
+func (e *Engine) addOrphan(id string, or orphan, replace bool) {
 	o := &e.inst.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ids == nil {
-		o.ids = map[string]bool{}
+		o.ids = map[string]orphan{}
 	}
-	o.ids[id] = true
+	if _, ok := o.ids[id]; ok && !replace {
+		return // a takeover's write in flight is the stronger reason
+	}
+	o.ids[id] = or
 }
 
 // GiveBack gives shard id back — releases it under this engine's lease — when a
@@ -152,14 +174,14 @@ func (e *Engine) releaseOrphans() {
 		return
 	}
 	o.running = true
-	ids := slices.Sorted(maps.Keys(o.ids))
+	ids := maps.Clone(o.ids)
 	o.Add(1)
 	go func() {
 		defer o.Done()
-		for _, id := range ids {
-			done := e.releaseOrphan(id)
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			done := e.releaseOrphan(id, ids[id])
 			o.mu.Lock()
-			if done {
+			if done && o.ids[id] == ids[id] { // not recorded again meanwhile
 				delete(o.ids, id)
 			}
 			o.mu.Unlock()
@@ -189,24 +211,32 @@ func (e *Engine) stopOrphans() {
 }
 
 // releaseOrphan gives one orphan back, and reports whether it is settled: given
-// back, open here again, or another's.
-func (e *Engine) releaseOrphan(id string) bool {
+// back, open here again, or another's. A takeover's write that may still land (the
+// manifest is still at the version it was sent for) is settled by taking the
+// shard, which moves the manifest past that version, and giving it back; until
+// then the orphan is kept, whatever the manifest says now.
+func (e *Engine) releaseOrphan(id string, or orphan) bool {
 	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
 	defer cancel()
 	if owners, _ := e.owners(); owners[id] != nil {
 		return true // open here again
 	}
-	m, _, err := e.store.Load(ctx, id)
+	m, ver, err := e.store.Load(ctx, id)
 	if err != nil {
 		return false
 	}
-	if h := e.heldLease(); m.Released || h == nil || m.Owner != e.opts.Instance || m.Lease != h.Token() {
+	pending := or.inFlight && ver == or.sentFor
+	if h := e.heldLease(); !pending && (m.Released || h == nil || m.Owner != e.opts.Instance || m.Lease != h.Token()) {
 		return true // given back already, or never taken, or another's
 	}
 	sh, err := e.OpenShard(ctx, id)
 	switch {
-	case errors.Is(err, ErrShardOpen) || errors.Is(err, ErrOwned):
-		return true
+	case errors.Is(err, ErrShardOpen):
+		return true // an open here settles it
+	case errors.Is(err, ErrOwned):
+		// Another's now; but while the write may still land, it may yet name
+		// this lease.
+		return !pending
 	case err != nil:
 		e.opts.Logger.Warn("engine: giving back a shard a failed open left owned", "shard", id, "err", err)
 		return false
