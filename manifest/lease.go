@@ -315,6 +315,15 @@ func (o *Owner) Valid() error {
 	return nil
 }
 
+// Fenced reports whether the ownership ended for good: another instance took the
+// shard over (as far as this owner has seen), it was released, or the instance
+// lease is gone. An ownership that waits only for its lease to be renewed, or
+// confirmed in the lease's new generation, is not fenced.
+func (o *Owner) Fenced() bool {
+	err := o.Valid()
+	return err != nil && !errors.Is(err, ErrLeaseExpired)
+}
+
 // Lapsed reports whether the owner is valid but for a confirmation: its instance
 // lease is valid in a later generation than the ownership was confirmed in.
 func (o *Owner) Lapsed() bool {
