@@ -380,6 +380,7 @@ func (e *Engine) Close() error {
 	defer cancel()
 	var (
 		errs []error
+		kept bool // a shard's lease was kept
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, renewConcurrency)
@@ -393,6 +394,7 @@ func (e *Engine) Close() error {
 			if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
 				mu.Lock()
 				errs = append(errs, err)
+				kept = kept || !errors.Is(err, ErrFenced)
 				mu.Unlock()
 			}
 		})
@@ -405,7 +407,7 @@ func (e *Engine) Close() error {
 	if err := e.waitShardsGone(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	e.releaseLease(ctx)
+	e.releaseLease(ctx, kept)
 	e.sealer.Close()
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all

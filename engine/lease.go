@@ -38,7 +38,11 @@ type instanceLease struct {
 
 // lease returns the engine's instance lease, taking it on the first call. The
 // lease is the instance's own: an earlier holder of it is this Dir's previous
-// engine, gone (the WAL's lock says so), and whatever it owned is taken over.
+// engine, gone (the WAL's lock says so). Unless that engine released it, the
+// lease continues under its token, so that the shards it owned stay owned, and
+// nobody else takes one over (fencing its tail, where Local mode's unshipped
+// records are not) while its pages are here: each shard this Dir's WAL knows is
+// kept as an orphan, given back after a renewal unless it is opened again first.
 func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
 	e.inst.mu.Lock()
 	defer e.inst.mu.Unlock()
@@ -56,9 +60,12 @@ func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
 		}
 		return h, nil
 	}
-	h, err := lease.Acquire(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.Lease.LeaseOf())
+	h, err := lease.Continue(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.Lease.LeaseOf())
 	if err != nil {
 		return nil, fmt.Errorf("engine: the instance lease: %w", err)
+	}
+	for _, id := range e.log.Known() {
+		e.orphaned(id)
 	}
 	e.inst.held = h
 	close(e.inst.acquired)
@@ -273,12 +280,20 @@ func (e *Engine) confirmLapsed(ctx context.Context) {
 }
 
 // releaseLease gives the instance lease up at Close, after every shard was closed
-// or retired: a shard left unreleased is then taken over at once, its tail fenced.
+// or retired, unless one kept its lease (kept).
 // A release that fails is logged: the lease runs out at its time, and the shards
 // released already are anyone's.
-func (e *Engine) releaseLease(ctx context.Context) {
+func (e *Engine) releaseLease(ctx context.Context, kept bool) {
 	h := e.heldLease()
 	if h == nil {
+		return
+	}
+	if kept {
+		// A shard kept its lease (its pages could not be shipped): released,
+		// the instance lease would free it at once, and the next owner would
+		// read its tail without them. It runs out instead, unless this Dir's
+		// next engine continues it first.
+		e.opts.Logger.Warn("engine: close: a shard kept its lease, so the instance lease is not released; it runs out")
 		return
 	}
 	if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
