@@ -304,7 +304,7 @@ func (e *Engine) releaseLease(ctx context.Context, kept bool) {
 // Lease returns the engine's instance lease, taking it if no open has yet: the
 // lease every shard it owns is owned under, and through which it is known to a
 // fleet (see package fleet). Its attributes are the caller's to set; the engine
-// renews it until Close, and releases it then.
+// renews it until Close, and releases it then unless a shard kept its lease.
 func (e *Engine) Lease(ctx context.Context) (*lease.Held, error) {
 	e.mu.Lock()
 	closed := e.mu.closed

@@ -201,7 +201,7 @@ func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts Le
 			continue // read what is there now
 		}
 		if r.Holder != m.Owner || r.Token != m.Lease {
-			return false, time.Time{}, nil // the instance restarted, or never held it here
+			return false, time.Time{}, nil // the instance released it and took a new one, or never held it here
 		}
 		return r.Live(at, opts.SkewMargin), r.Expiry, nil
 	}
