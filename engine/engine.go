@@ -268,9 +268,6 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	defer cancel()
 	defer context.AfterFunc(e.closing, cancel)()
 	owner, armed, err := e.takeOver(tctx, id, opts)
-	if errors.Is(err, manifest.ErrUnknownOutcome) {
-		e.orphaned(id) // the takeover may have landed: owned, and served by no one
-	}
 	if err != nil {
 		if e.closing.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrClosed, err)
@@ -294,6 +291,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()
+		e.orphaned(id) // owned under the instance lease, and served by no one
 		return nil, err
 	}
 	e.mu.shards[id] = sh
@@ -388,12 +386,10 @@ func (e *Engine) Close() error {
 	defer cancel()
 	var (
 		errs []error
+		kept bool // a shard's lease was kept
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, renewConcurrency)
-		// keep: a Local-mode shard's retire failed, so its lease is kept, and with
-		// it the instance lease it is held under (see below).
-		keep bool
 	)
 	// The shards retire together: one after another, a thousand shards' releases
 	// outran the deadline and left the last ones leased.
@@ -404,7 +400,10 @@ func (e *Engine) Close() error {
 			if err := sh.Retire(ctx); err != nil && !errors.Is(err, shard.ErrClosed) {
 				mu.Lock()
 				errs = append(errs, err)
-				keep = keep || e.opts.Durability == Local
+				// A shard whose retire failed keeps its lease, unless another
+				// owner fenced it; in Local mode any failure may leave
+				// acknowledged pages on this Dir alone.
+				kept = kept || !errors.Is(err, ErrFenced) || e.opts.Durability == Local
 				mu.Unlock()
 			}
 		})
@@ -423,11 +422,7 @@ func (e *Engine) Close() error {
 	// manifest points), and a new owner taking it at once would read a history
 	// without them; kept, the lease runs out, and an open of this Dir before then
 	// ships them.
-	if keep {
-		e.opts.Logger.Warn("engine: close: the instance lease is kept: a shard's retire failed in Local mode; it runs out")
-	} else {
-		e.releaseLease(ctx)
-	}
+	e.releaseLease(ctx, kept)
 	e.sealer.Close()
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all

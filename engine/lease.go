@@ -29,7 +29,7 @@ type instanceLease struct {
 	orphans struct {
 		sync.WaitGroup // the pass in flight
 		mu             sync.Mutex
-		ids            map[string]bool
+		ids            map[string]orphan
 		running        bool
 		closed         bool        // Close began: no pass starts
 		retry          func() bool // stops the next pass's timer
@@ -38,7 +38,11 @@ type instanceLease struct {
 
 // lease returns the engine's instance lease, taking it on the first call. The
 // lease is the instance's own: an earlier holder of it is this Dir's previous
-// engine, gone (the WAL's lock says so), and whatever it owned is taken over.
+// engine, gone (the WAL's lock says so). Unless that engine released it, the
+// lease continues under its token, so that the shards it owned stay owned, and
+// nobody else takes one over (fencing its tail, where Local mode's unshipped
+// records are not) while its pages are here: each shard this Dir's WAL knows is
+// kept as an orphan, given back after a renewal unless it is opened again first.
 func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
 	e.inst.mu.Lock()
 	defer e.inst.mu.Unlock()
@@ -56,9 +60,12 @@ func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
 		}
 		return h, nil
 	}
-	h, err := lease.Acquire(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.Lease.LeaseOf())
+	h, err := lease.Continue(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.Lease.LeaseOf())
 	if err != nil {
 		return nil, fmt.Errorf("engine: the instance lease: %w", err)
+	}
+	for _, id := range e.log.Known() {
+		e.orphaned(id)
 	}
 	e.inst.held = h
 	close(e.inst.acquired)
@@ -120,15 +127,37 @@ func (e *Engine) renew(ctx context.Context, h *lease.Held) error {
 	return nil
 }
 
+// orphan is why a shard may be owned under the lease and open nowhere.
+type orphan struct {
+	// inFlight is set for a takeover of unknown outcome: its write may land
+	// later, on the manifest's version sentFor (empty: no manifest), and only
+	// there.
+	inFlight bool
+	sentFor  substrate.Version
+}
+
 // orphaned records that shard id may be owned under the lease and open nowhere.
 func (e *Engine) orphaned(id string) {
+	e.addOrphan(id, orphan{}, false)
+}
+
+// takeoverOrphaned records that a takeover of shard id, whose write was sent for
+// the manifest's version sentFor, may have landed or may still land.
+func (e *Engine) takeoverOrphaned(id string, sentFor substrate.Version) {
+	e.addOrphan(id, orphan{inFlight: true, sentFor: sentFor}, true)
+}
+
+func (e *Engine) addOrphan(id string, or orphan, replace bool) {
 	o := &e.inst.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ids == nil {
-		o.ids = map[string]bool{}
+		o.ids = map[string]orphan{}
 	}
-	o.ids[id] = true
+	if _, ok := o.ids[id]; ok && !replace {
+		return // a takeover's write in flight is the stronger reason
+	}
+	o.ids[id] = or
 }
 
 // GiveBack gives shard id back — releases it under this engine's lease — when a
@@ -152,14 +181,14 @@ func (e *Engine) releaseOrphans() {
 		return
 	}
 	o.running = true
-	ids := slices.Sorted(maps.Keys(o.ids))
+	ids := maps.Clone(o.ids)
 	o.Add(1)
 	go func() {
 		defer o.Done()
-		for _, id := range ids {
-			done := e.releaseOrphan(id)
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			done := e.releaseOrphan(id, ids[id])
 			o.mu.Lock()
-			if done {
+			if done && o.ids[id] == ids[id] { // not recorded again meanwhile
 				delete(o.ids, id)
 			}
 			o.mu.Unlock()
@@ -189,24 +218,32 @@ func (e *Engine) stopOrphans() {
 }
 
 // releaseOrphan gives one orphan back, and reports whether it is settled: given
-// back, open here again, or another's.
-func (e *Engine) releaseOrphan(id string) bool {
+// back, open here again, or another's. A takeover's write that may still land (the
+// manifest is still at the version it was sent for) is settled by taking the
+// shard, which moves the manifest past that version, and giving it back; until
+// then the orphan is kept, whatever the manifest says now.
+func (e *Engine) releaseOrphan(id string, or orphan) bool {
 	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
 	defer cancel()
 	if owners, _ := e.owners(); owners[id] != nil {
 		return true // open here again
 	}
-	m, _, err := e.store.Load(ctx, id)
+	m, ver, err := e.store.Load(ctx, id)
 	if err != nil {
 		return false
 	}
-	if h := e.heldLease(); m.Released || h == nil || m.Owner != e.opts.Instance || m.Lease != h.Token() {
+	pending := or.inFlight && ver == or.sentFor
+	if h := e.heldLease(); !pending && (m.Released || h == nil || m.Owner != e.opts.Instance || m.Lease != h.Token()) {
 		return true // given back already, or never taken, or another's
 	}
 	sh, err := e.OpenShard(ctx, id)
 	switch {
-	case errors.Is(err, ErrShardOpen) || errors.Is(err, ErrOwned):
-		return true
+	case errors.Is(err, ErrShardOpen):
+		return true // an open here settles it
+	case errors.Is(err, ErrOwned):
+		// Another's now; but while the write may still land, it may yet name
+		// this lease.
+		return !pending
 	case err != nil:
 		e.opts.Logger.Warn("engine: giving back a shard a failed open left owned", "shard", id, "err", err)
 		return false
@@ -243,12 +280,20 @@ func (e *Engine) confirmLapsed(ctx context.Context) {
 }
 
 // releaseLease gives the instance lease up at Close, after every shard was closed
-// or retired: a shard left unreleased is then taken over at once, its tail fenced.
+// or retired, unless one kept its lease (kept).
 // A release that fails is logged: the lease runs out at its time, and the shards
 // released already are anyone's.
-func (e *Engine) releaseLease(ctx context.Context) {
+func (e *Engine) releaseLease(ctx context.Context, kept bool) {
 	h := e.heldLease()
 	if h == nil {
+		return
+	}
+	if kept {
+		// A shard kept its lease (its pages could not be shipped): released,
+		// the instance lease would free it at once, and the next owner would
+		// read its tail without them. It runs out instead, unless this Dir's
+		// next engine continues it first.
+		e.opts.Logger.Warn("engine: close: a shard kept its lease, so the instance lease is not released; it runs out")
 		return
 	}
 	if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
@@ -259,7 +304,7 @@ func (e *Engine) releaseLease(ctx context.Context) {
 // Lease returns the engine's instance lease, taking it if no open has yet: the
 // lease every shard it owns is owned under, and through which it is known to a
 // fleet (see package fleet). Its attributes are the caller's to set; the engine
-// renews it until Close, and releases it then.
+// renews it until Close, and releases it then unless a shard kept its lease.
 func (e *Engine) Lease(ctx context.Context) (*lease.Held, error) {
 	e.mu.Lock()
 	closed := e.mu.closed

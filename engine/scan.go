@@ -64,7 +64,8 @@ func (e *Engine) Assess(ctx context.Context, ids []string) (replica.Durability, 
 // over for the copies, which record their locations in its manifest, and closes
 // it again. It returns the parts copied; 0 with a nil error when the shard is
 // open here (BackfillUnderReplicated covers it), owned by another instance, or
-// lacks no copy.
+// lacks no copy. A takeover of unknown outcome, or a close that fails, leaves the
+// shard to be given back after a later renewal.
 func (e *Engine) BackfillIdle(ctx context.Context, id string) (int, error) {
 	if e.set.Len() < 2 {
 		return 0, nil
@@ -96,7 +97,15 @@ func (e *Engine) BackfillIdle(ctx context.Context, id string) (int, error) {
 			werr = ctx.Err()
 		}
 	}
-	return n, errors.Join(berr, werr, sh.Close(ctx))
+	// The shard is given back on a context of its own: a caller's that ended
+	// would leave it owned, and open nowhere.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.Lease.Duration)
+	defer cancel()
+	cerr := sh.Close(cctx)
+	if cerr != nil {
+		e.GiveBack(id)
+	}
+	return n, errors.Join(berr, werr, cerr)
 }
 
 // lacksCopies reports whether some part lacks a replica of the set.

@@ -133,7 +133,26 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		return nil, 0, err
 	}
 	o, err := manifest.Take(ctx, e.store, c, held, opts, ptr)
-	return o, taken, err
+	if err != nil {
+		return nil, 0, e.takeoverFailed(id, c, err)
+	}
+	return o, taken, nil
+}
+
+// takeoverFailed is the end of a takeover whose publish failed with err. One whose
+// outcome is not certain (the write may have landed, or may land later, on the
+// version c read) is ErrUnknownOutcome, and the shard is kept as an orphan: if the
+// write lands, the shard is owned under the instance lease and open nowhere, and
+// nobody else could take it while this engine lives; the orphan pass gives it
+// back.
+//
+// Take tells the two apart: ErrMoved is a write refused, and any failure of a
+// write that was sent, whatever reading back found, is ErrUnknownOutcome.
+func (e *Engine) takeoverFailed(id string, c manifest.Claim, err error) error {
+	if errors.Is(err, manifest.ErrUnknownOutcome) {
+		e.takeoverOrphaned(id, c.Version())
+	}
+	return err
 }
 
 // supersede drops the shard's pages that this WAL holds of an ownership another

@@ -340,12 +340,21 @@ func (m *Membership) step(ctx context.Context) error {
 	return errors.Join(lerr, err, m.claim(ctx), m.scanStep(ctx, p.Members))
 }
 
-// claim publishes the shards the member owns in its lease, when they changed.
+// claim publishes the shards the member owns in its lease, when they changed. A
+// shard whose handle is fenced is not claimed: another instance took it, and a
+// claim of it would have the leader keep it here, where nobody serves it.
 func (m *Membership) claim(ctx context.Context) error {
 	m.claimMu.Lock()
 	defer m.claimMu.Unlock()
 	m.mu.Lock()
-	owned := strings.Join(slices.Sorted(maps.Keys(m.mu.open)), ",")
+	var ids []string
+	for id, sh := range m.mu.open {
+		if !sh.Fenced() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	owned := strings.Join(ids, ",")
 	leaving := m.mu.leaving
 	m.mu.Unlock()
 	if owned == m.claimed && !leaving {
@@ -358,8 +367,9 @@ func (m *Membership) claim(ctx context.Context) error {
 	return nil
 }
 
-// follow opens the shards assigned here that are not open, and hands over the
-// open ones assigned elsewhere (or no longer placed at all).
+// follow opens the shards assigned here that are not open, hands over the open
+// ones assigned elsewhere (or no longer placed at all), and drops those assigned
+// here whose handle is fenced, to open them again.
 func (m *Membership) follow(ctx context.Context, a Assignment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -367,7 +377,14 @@ func (m *Membership) follow(ctx context.Context, a Assignment) {
 	for id, sh := range m.mu.open {
 		// One still opening (its Opened not returned yet) is drained at the
 		// next step, so that the server hears of it opened before revoked.
-		if a[id] == m.id || m.mu.draining[id] || m.mu.opening[id] {
+		if m.mu.draining[id] || m.mu.opening[id] {
+			continue
+		}
+		if a[id] == m.id {
+			if sh.Fenced() {
+				m.mu.draining[id] = true
+				m.wg.Go(func() { m.drop(id, sh) })
+			}
 			continue
 		}
 		m.mu.draining[id] = true
@@ -472,6 +489,24 @@ func (m *Membership) drain(id string, sh *shard.Shard, revoked bool) error {
 		}
 	}
 	return err
+}
+
+// drop ends a fenced handle of a shard assigned here, so that the next step opens
+// the shard again: the server stops routing to it (Revoked), and the engine lets
+// go of it (its Retire fails, fenced, but ends the handle). Not a revocation.
+func (m *Membership) drop(id string, sh *shard.Shard) {
+	if m.opts.Revoked != nil {
+		m.opts.Revoked(id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.leaseOpts.Duration)
+	defer cancel()
+	if err := sh.Retire(ctx); err != nil && !errors.Is(err, engine.ErrFenced) {
+		m.opts.Logger.Warn("fleet: dropping a fenced shard", "fleet", m.opts.Name, "shard", id, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.mu.open, id)
+	delete(m.mu.draining, id)
+	m.mu.Unlock()
 }
 
 // drainBound bounds a drain: its deadline to seal, then a lease's time to ship,

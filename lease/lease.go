@@ -242,6 +242,19 @@ type state struct {
 // version read, so a renewal by the previous holder either lands first (and
 // Acquire finds the lease held) or fails.
 func Acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs map[string]string, opts Options) (*Held, error) {
+	return acquire(ctx, b, key, holder, attrs, opts, false)
+}
+
+// Continue is Acquire by a holder that continues its own earlier acquisition,
+// which the caller knows has ended (the previous process on the same directory):
+// a record of holder's own that was not released keeps its token, so that whatever
+// the earlier acquisition holds under the token stays held, now by the caller.
+// One released, or another's, is taken as Acquire takes it, under a new token.
+func Continue(ctx context.Context, b *substrate.Bucket, key, holder string, attrs map[string]string, opts Options) (*Held, error) {
+	return acquire(ctx, b, key, holder, attrs, opts, true)
+}
+
+func acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs map[string]string, opts Options, keep bool) (*Held, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -264,7 +277,11 @@ func Acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs
 		if cur.Holder != holder && cur.Live(at, opts.SkewMargin) {
 			return nil, &HeldError{Key: key, Holder: cur.Holder, Expiry: cur.Expiry}
 		}
-		h := &Held{bucket: b, key: key, opts: opts, token: newToken()}
+		token := newToken()
+		if keep && cur.Holder == holder && cur.Token != "" && !cur.Released {
+			token = cur.Token
+		}
+		h := &Held{bucket: b, key: key, opts: opts, token: token}
 		h.mu.rec = Record{Holder: holder, Token: h.token, Attrs: maps.Clone(attrs)}
 		h.mu.ver = ver
 		h.state.Store(&state{}) // valid once the first write lands

@@ -201,7 +201,7 @@ func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts Le
 			continue // read what is there now
 		}
 		if r.Holder != m.Owner || r.Token != m.Lease {
-			return false, time.Time{}, nil // the instance restarted, or never held it here
+			return false, time.Time{}, nil // the instance released it and took a new one, or never held it here
 		}
 		return r.Live(at, opts.SkewMargin), r.Expiry, nil
 	}
@@ -313,6 +313,15 @@ func (o *Owner) Valid() error {
 		return fmt.Errorf("manifest %s: epoch %d: the instance lease lapsed since the ownership was confirmed: %w", o.published.Load().Shard, o.epoch, ErrLeaseExpired)
 	}
 	return nil
+}
+
+// Fenced reports whether the ownership ended for good: another instance took the
+// shard over (as far as this owner has seen), it was released, or the instance
+// lease is gone. An ownership that waits only for its lease to be renewed, or
+// confirmed in the lease's new generation, is not fenced.
+func (o *Owner) Fenced() bool {
+	err := o.Valid()
+	return err != nil && !errors.Is(err, ErrLeaseExpired)
 }
 
 // Lapsed reports whether the owner is valid but for a confirmation: its instance

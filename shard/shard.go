@@ -139,6 +139,12 @@ func (s *Shard) Info() Info {
 	return Info{Next: wi.Next, Sealed: s.cfg.Owner.Sealed(), Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
 }
 
+// Fenced reports whether this handle's ownership ended for good (another instance
+// took the shard over, or the engine's instance lease is gone, or the shard was
+// released): it acknowledges nothing more, and only a new open of the shard can
+// serve it again. A handle waiting for its lease's renewal is not fenced.
+func (s *Shard) Fenced() bool { return s.cfg.Owner.Fenced() }
+
 // Manifest returns the shard's manifest as this owner last published it.
 func (s *Shard) Manifest() manifest.Manifest { return s.cfg.Owner.Manifest() }
 

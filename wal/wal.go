@@ -477,6 +477,14 @@ func (l *Log) Shards() []string {
 	return out
 }
 
+// Known returns every shard the log holds a state of (an epoch, a watermark or
+// pages), sorted.
+func (l *Log) Known() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Sorted(maps.Keys(l.mu.shards))
+}
+
 // Pages iterates over the shard's pages from the one holding offset from, in offset
 // order. Records alias nothing the Log reuses. A from before the shard's floor is
 // ErrTruncated; a from at or past its next offset yields nothing.
