@@ -617,15 +617,20 @@ func ioParse(rec []byte) (b, k int, ok bool) {
 }
 
 // readAckedFile decodes the WAL's acknowledged watermark (format in wal/acked.go):
-// per shard its floor and acknowledged end.
+// per shard its floor and acknowledged end (version 2 follows them with the
+// shard's epoch and last reset, which this test does not look at).
 func readAckedFile(path string) (map[string][2]uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	const head = len("l0ack") + 1 + 4
-	if len(b) < head+4 || string(b[:5]) != "l0ack" || b[5] != 1 {
+	if len(b) < head+4 || string(b[:5]) != "l0ack" || (b[5] != 1 && b[5] != 2) {
 		return nil, fmt.Errorf("%s: not a watermark file", path)
+	}
+	markLen := 16 // floor, acked
+	if b[5] == 2 {
+		markLen = 32 // and epoch, reset
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != binary.BigEndian.Uint32(b[len(body):]) {
@@ -635,13 +640,13 @@ func readAckedFile(path string) (map[string][2]uint64, error) {
 	out := map[string][2]uint64{}
 	for range n {
 		l, k := binary.Uvarint(rest)
-		if k <= 0 || uint64(len(rest)-k) < l+16 {
+		if k <= 0 || uint64(len(rest)-k) < l+uint64(markLen) {
 			return nil, fmt.Errorf("%s: truncated", path)
 		}
 		id := string(rest[k : k+int(l)])
 		rest = rest[k+int(l):]
 		out[id] = [2]uint64{binary.BigEndian.Uint64(rest), binary.BigEndian.Uint64(rest[8:])}
-		rest = rest[16:]
+		rest = rest[markLen:]
 	}
 	return out, nil
 }
