@@ -421,7 +421,19 @@ func (e *Engine) Close() error {
 	// acknowledged pages may be on this Dir alone (not shipped, or not where its
 	// manifest points), and a new owner taking it at once would read a history
 	// without them; kept, the lease runs out, and an open of this Dir before then
-	// ships them.
+	// ships them. So too for a shard retired before Close whose pages could not
+	// be shipped (its retire failed, and kept its lease), or one a restart kept
+	// owned (the lease still carries the previous engine's token) and did not
+	// give back yet: in Local mode the lease is kept while any page is unshipped
+	// or any such shard is left.
+	if e.opts.Durability == Local {
+		if e.tailStats().Pending > 0 {
+			kept = true
+		}
+		if h := e.heldLease(); h != nil && h.Carries() {
+			kept = true
+		}
+	}
 	e.releaseLease(ctx, kept)
 	e.sealer.Close()
 	e.uploader.Close()

@@ -38,11 +38,12 @@ type instanceLease struct {
 
 // lease returns the engine's instance lease, taking it on the first call. The
 // lease is the instance's own: an earlier holder of it is this Dir's previous
-// engine, gone (the WAL's lock says so). Unless that engine released it, the
-// lease continues under its token, so that the shards it owned stay owned, and
+// engine, gone (the WAL's lock says so). Unless that engine released it, the new
+// acquisition carries its token, so that the shards it owned stay owned, and
 // nobody else takes one over (fencing its tail, where Local mode's unshipped
 // records are not) while its pages are here: each shard this Dir's WAL knows is
-// kept as an orphan, given back after a renewal unless it is opened again first.
+// kept as an orphan, given back after a renewal unless it is opened again first,
+// and once none is left the token is let go (uncarry).
 func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
 	e.inst.mu.Lock()
 	defer e.inst.mu.Unlock()
@@ -177,7 +178,7 @@ func (e *Engine) releaseOrphans() {
 	o := &e.inst.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.running || len(o.ids) == 0 || o.closed {
+	if o.running || o.closed {
 		return
 	}
 	o.running = true
@@ -194,6 +195,12 @@ func (e *Engine) releaseOrphans() {
 			o.mu.Unlock()
 		}
 		o.mu.Lock()
+		settled := len(o.ids) == 0
+		o.mu.Unlock()
+		if settled {
+			e.uncarry()
+		}
+		o.mu.Lock()
 		defer o.mu.Unlock()
 		o.running = false
 		if len(o.ids) > 0 && !o.closed {
@@ -202,6 +209,22 @@ func (e *Engine) releaseOrphans() {
 			o.retry = e.opts.Clock.AfterFunc(min(time.Second, e.opts.RenewEvery), e.releaseOrphans)
 		}
 	}()
+}
+
+// uncarry lets the previous engine's lease tokens go once every shard this Dir's
+// WAL knew at the restart is settled: a shard still owned under one of them is
+// one whose pages are not here (a restored Dir's, or one the WAL no longer
+// knew), and is free from then on.
+func (e *Engine) uncarry() {
+	h := e.heldLease()
+	if h == nil || !h.Carries() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
+	defer cancel()
+	if err := h.Uncarry(ctx); err != nil {
+		e.opts.Logger.Warn("engine: letting the previous engine's lease go", "err", err)
+	}
 }
 
 // stopOrphans ends the releases of orphans at Close: none starts any more, and
@@ -233,13 +256,15 @@ func (e *Engine) releaseOrphan(id string, or orphan) bool {
 		return false
 	}
 	pending := or.inFlight && ver == or.sentFor
-	if h := e.heldLease(); !pending && (m.Released || h == nil || m.Owner != e.opts.Instance || m.Lease != h.Token()) {
+	if h := e.heldLease(); !pending && (m.Released || h == nil || m.Owner != e.opts.Instance || !h.Holds(m.Lease)) {
 		return true // given back already, or never taken, or another's
 	}
 	sh, err := e.OpenShard(ctx, id)
 	switch {
 	case errors.Is(err, ErrShardOpen):
-		return true // an open here settles it
+		// Open here, or an open in flight that may yet fail: the next pass
+		// finds it open (settled) or tries again.
+		return false
 	case errors.Is(err, ErrOwned):
 		// Another's now; but while the write may still land, it may yet name
 		// this lease.

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,16 @@ type Record struct {
 	Released bool `json:"released,omitempty"`
 	// Attrs are the holder's, published with the lease (a fleet member's weight).
 	Attrs map[string]string `json:"attrs,omitempty"`
+	// Carried are the tokens of the holder's earlier acquisitions that this one
+	// vouches for (Continue): what was derived from them is held while this
+	// lease lives, until the holder lets them go (Held.Uncarry).
+	Carried []string `json:"carried,omitempty"`
+}
+
+// Holds reports whether what was derived from the acquisition of token is held
+// under this record, by its own token or a carried one (alive or not: see Live).
+func (r Record) Holds(token string) bool {
+	return token != "" && (token == r.Token || slices.Contains(r.Carried, token))
 }
 
 // Live reports whether the lease may still be held, for a reader whose read of it
@@ -247,14 +258,16 @@ func Acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs
 
 // Continue is Acquire by a holder that continues its own earlier acquisition,
 // which the caller knows has ended (the previous process on the same directory):
-// a record of holder's own that was not released keeps its token, so that whatever
-// the earlier acquisition holds under the token stays held, now by the caller.
-// One released, or another's, is taken as Acquire takes it, under a new token.
+// it takes a new token, and carries the earlier one (and those that one carried)
+// if the record is the holder's own and was not released, so that whatever was
+// derived from them stays held, now by the caller, until it lets them go with
+// Uncarry. The earlier process, if it still runs (a copied directory), loses the
+// lease at its next renewal, as after Acquire.
 func Continue(ctx context.Context, b *substrate.Bucket, key, holder string, attrs map[string]string, opts Options) (*Held, error) {
 	return acquire(ctx, b, key, holder, attrs, opts, true)
 }
 
-func acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs map[string]string, opts Options, keep bool) (*Held, error) {
+func acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs map[string]string, opts Options, carry bool) (*Held, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -277,12 +290,11 @@ func acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs
 		if cur.Holder != holder && cur.Live(at, opts.SkewMargin) {
 			return nil, &HeldError{Key: key, Holder: cur.Holder, Expiry: cur.Expiry}
 		}
-		token := newToken()
-		if keep && cur.Holder == holder && cur.Token != "" && !cur.Released {
-			token = cur.Token
-		}
-		h := &Held{bucket: b, key: key, opts: opts, token: token}
+		h := &Held{bucket: b, key: key, opts: opts, token: newToken()}
 		h.mu.rec = Record{Holder: holder, Token: h.token, Attrs: maps.Clone(attrs)}
+		if carry && cur.Holder == holder && cur.Token != "" && !cur.Released {
+			h.mu.rec.Carried = append([]string{cur.Token}, cur.Carried...)
+		}
 		h.mu.ver = ver
 		h.state.Store(&state{}) // valid once the first write lands
 		err = h.writeLocked(ctx, h.mu.rec)
@@ -318,6 +330,34 @@ func (h *Held) Holder() string {
 
 // Token is the acquisition's token.
 func (h *Held) Token() string { return h.token }
+
+// Holds reports whether what was derived from the acquisition of token is held
+// by this one: token is its own or one it carries (see Continue).
+func (h *Held) Holds(token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.rec.Holds(token)
+}
+
+// Carries reports whether the lease carries earlier acquisitions' tokens.
+func (h *Held) Carries() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.mu.rec.Carried) > 0
+}
+
+// Uncarry lets the carried tokens go, with a renewal: what was derived from them
+// is no longer held.
+func (h *Held) Uncarry(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.mu.rec.Carried) == 0 {
+		return nil
+	}
+	rec := h.mu.rec
+	rec.Carried = nil
+	return h.writeLocked(ctx, rec)
+}
 
 // Options are the lease's options, defaulted.
 func (h *Held) Options() Options { return h.opts }
@@ -416,8 +456,10 @@ func (h *Held) putLocked(ctx context.Context, rec Record, start time.Time) error
 			h.mu.ver = ""
 			continue
 		}
-		if cur.Token != h.token {
-			// Another process wrote over the lease.
+		if !h.mu.rec.Holds(cur.Token) {
+			// Another process wrote over the lease. (A record under a carried
+			// token is a stand-in a reader wrote back after the object was
+			// deleted, as for our own.)
 			return h.lose(fmt.Errorf("lease %s: now %q's: %w", h.key, cur.Holder, ErrLost))
 		}
 		if !errors.Is(werr, substrate.ErrPreconditionFailed) || attempt == maxRaces {

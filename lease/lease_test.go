@@ -274,3 +274,55 @@ func TestARenewalWritesADeletedLeaseAnew(t *testing.T) {
 		t.Fatalf("the lease after the renewal: %+v, %v", r, err)
 	}
 }
+
+// Continue takes the lease under a new token that carries the earlier, unreleased
+// acquisition's: the record holds what was derived from either, the earlier holder
+// loses the lease at its next renewal, a stand-in a reader writes back under the
+// carried token (the object deleted) is the holder's own, and once the holder lets
+// the carried token go the record holds only its own. After a release nothing is
+// carried.
+func TestContinueCarriesTheEarlierTokenUntilItIsLetGo(t *testing.T) {
+	ctx := context.Background()
+	c := testclock.New()
+	b := substratetest.NewBucket(t, "a", nil)
+	first, err := Acquire(ctx, b, "k", "A", nil, withClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := Continue(ctx, b, "k", "A", nil, withClock(c))
+	if err != nil {
+		t.Fatalf("Continue: %v", err)
+	}
+	if next.Token() == first.Token() {
+		t.Fatal("Continue kept the earlier token as its own")
+	}
+	r, _, err := Read(ctx, b, "k")
+	if err != nil || !r.Holds(first.Token()) || !r.Holds(next.Token()) || !next.Holds(first.Token()) || !next.Carries() {
+		t.Fatalf("after Continue the record %+v (%v) does not hold both tokens", r, err)
+	}
+	if err := first.Renew(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("the earlier acquisition's renewal: %v, want ErrLost", err)
+	}
+	if err := b.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Reinstate(ctx, b, "k", Record{Holder: "A", Token: first.Token()}, withClock(c)); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Renew(ctx); err != nil {
+		t.Fatalf("a renewal over a stand-in under the carried token: %v", err)
+	}
+	if err := next.Uncarry(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err = Read(ctx, b, "k"); err != nil || r.Holds(first.Token()) || !r.Holds(next.Token()) || next.Carries() {
+		t.Fatalf("after Uncarry the record %+v (%v) still holds the earlier token", r, err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last, err := Continue(ctx, b, "k", "A", nil, withClock(c))
+	if err != nil || last.Carries() {
+		t.Fatalf("Continue after a release carries %v (%v)", last.Carries(), err)
+	}
+}

@@ -177,8 +177,9 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 
 // ownerLive reports whether m's owner may still hold the shard, for a reader who
 // read m and begins to read the owner's lease at at: its instance lease, of the
-// acquisition m names, lives; or, for a manifest written before instance leases,
-// the manifest's own lease. expiry is when that lease ends.
+// acquisition m names (or of a later one that carries it), lives; or, for a
+// manifest written before instance leases, the manifest's own lease. expiry is
+// when that lease ends.
 //
 // An instance lease object that is gone from the manifest's own authority does not
 // say its holder stopped: it may be valid by its last renewal, and acknowledging.
@@ -200,7 +201,7 @@ func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts Le
 			}
 			continue // read what is there now
 		}
-		if r.Holder != m.Owner || r.Token != m.Lease {
+		if r.Holder != m.Owner || !r.Holds(m.Lease) {
 			return false, time.Time{}, nil // the instance released it and took a new one, or never held it here
 		}
 		return r.Live(at, opts.SkewMargin), r.Expiry, nil
