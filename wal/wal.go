@@ -364,9 +364,9 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		st.mu.Unlock()
 		return 0, err
 	}
-	if epoch != st.mu.epoch {
+	if cur := st.mu.epoch; epoch != cur {
 		st.mu.Unlock()
-		return 0, fmt.Errorf("wal: shard %q: epoch %d, the shard's is %d: %w", shard, epoch, st.mu.epoch, ErrStaleEpoch)
+		return 0, fmt.Errorf("wal: shard %q: epoch %d, the shard's is %d: %w", shard, epoch, cur, ErrStaleEpoch)
 	}
 	if err := st.mu.shipErr; err != nil {
 		st.mu.Unlock()

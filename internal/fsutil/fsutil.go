@@ -128,14 +128,15 @@ func SyncDir(fsys vfs.FS, dir string) error {
 // nothing else would ever make its name durable, and a power loss, at any later
 // time, would take it back with everything in it.
 //
-// On the operating system's file system a relative dir is made absolute first, so
-// that the directories above the working directory are synced too (another vfs.FS
-// goes no higher than "."). A directory above dir that this process may not open
+// On the operating system's file system (vfs.Default, or a wrapper of it, as the
+// WAL's disk-health checks) a relative dir is made absolute first, so that the
+// directories above the working directory are synced too (another vfs.FS goes no
+// higher than "."). A directory above dir that this process may not open
 // (one without read permission, as a home directory of mode 0711) is passed over:
 // it cannot be synced from here, and a process that may not read it could not
 // have created the directory below it either, unless it could write there.
 func SyncPath(fsys vfs.FS, dir string) error {
-	if fsys == vfs.Default && !filepath.IsAbs(dir) {
+	if vfs.Root(fsys) == vfs.Default && !filepath.IsAbs(dir) {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
 			return err

@@ -106,3 +106,34 @@ func TestSyncPathPassesOverAnAncestorItMayNotOpen(t *testing.T) {
 		t.Fatalf("SyncPath of an unreadable a/b/c itself: %v, want a permission error", err)
 	}
 }
+
+// openDirs records the directories opened through it; it wraps the operating
+// system's file system, as the WAL's disk-health checks do.
+type openDirs struct {
+	vfs.FS
+	opened []string
+}
+
+func (f *openDirs) OpenDir(name string) (vfs.File, error) {
+	f.opened = append(f.opened, name)
+	return f.FS.OpenDir(name)
+}
+
+func (f *openDirs) Unwrap() vfs.FS { return f.FS }
+
+// TestSyncPathOfARelativePathReachesTheRoot: a relative WAL path on the operating
+// system's file system, through a wrapper of it, is synced up to "/", not only up
+// to the working directory, which may itself be new and unsynced.
+func TestSyncPathOfARelativePathReachesTheRoot(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll("wal", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs := &openDirs{FS: vfs.Default}
+	if err := SyncPath(fs, "wal"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(fs.opened); n == 0 || fs.opened[n-1] != "/" {
+		t.Fatalf("SyncPath of a relative path through a wrapper synced %q, not up to /", fs.opened)
+	}
+}
