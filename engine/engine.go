@@ -424,15 +424,14 @@ func (e *Engine) Close() error {
 	// ships them. So too for a shard retired before Close whose pages could not
 	// be shipped (its retire failed, and kept its lease), or one a restart kept
 	// owned (the lease still carries the previous engine's token) and did not
-	// give back yet: in Local mode the lease is kept while any page is unshipped
-	// or any such shard is left.
-	if e.opts.Durability == Local {
-		if e.tailStats().Pending > 0 {
-			kept = true
-		}
-		if h := e.heldLease(); h != nil && h.Carries() {
-			kept = true
-		}
+	// give back yet: the lease is kept while, in Local mode, any page is
+	// unshipped, or while any such shard is left.
+	if e.opts.Durability == Local && e.tailStats().Pending > 0 {
+		kept = true
+	}
+	if h := e.heldLease(); h != nil && h.Carries() {
+		// In either mode now: the previous engine may have run in Local mode.
+		kept = true
 	}
 	e.releaseLease(ctx, kept)
 	e.sealer.Close()

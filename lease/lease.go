@@ -111,12 +111,22 @@ type Record struct {
 	// vouches for (Continue): what was derived from them is held while this
 	// lease lives, until the holder lets them go (Held.Uncarry).
 	Carried []string `json:"carried,omitempty"`
+	// StandIn marks a record a reader wrote back (Reinstate) when it found the
+	// lease object gone: it knows one token of the holder's, not which others
+	// the holder's record held, so it holds every token of the holder's until
+	// it runs out or the holder's next renewal writes over it.
+	StandIn bool `json:"stand_in,omitempty"`
 }
 
+// maxCarried bounds the tokens a record carries: restarts that each die before
+// letting the carried tokens go (a crash loop) drop the oldest past it.
+const maxCarried = 16
+
 // Holds reports whether what was derived from the acquisition of token is held
-// under this record, by its own token or a carried one (alive or not: see Live).
+// under this record (alive or not: see Live): by its own token, a carried one,
+// or any token if the record is a stand-in.
 func (r Record) Holds(token string) bool {
-	return token != "" && (token == r.Token || slices.Contains(r.Carried, token))
+	return token != "" && (r.StandIn || token == r.Token || slices.Contains(r.Carried, token))
 }
 
 // Live reports whether the lease may still be held, for a reader whose read of it
@@ -197,7 +207,7 @@ func decode(data []byte) (Record, error) {
 // holder's next renewal, which writes over it. It reports whether it wrote.
 func Reinstate(ctx context.Context, b *substrate.Bucket, key string, r Record, opts Options) (bool, error) {
 	opts.EnsureDefaults()
-	r.Expiry, r.Released = opts.Clock.Now().Add(opts.Duration), false
+	r.Expiry, r.Released, r.StandIn = opts.Clock.Now().Add(opts.Duration), false, true
 	data, err := encode(r)
 	if err != nil {
 		return false, err
@@ -294,6 +304,12 @@ func acquire(ctx context.Context, b *substrate.Bucket, key, holder string, attrs
 		h.mu.rec = Record{Holder: holder, Token: h.token, Attrs: maps.Clone(attrs)}
 		if carry && cur.Holder == holder && cur.Token != "" && !cur.Released {
 			h.mu.rec.Carried = append([]string{cur.Token}, cur.Carried...)
+			if cur.StandIn {
+				// A stand-in's token is one of the earlier record's; which
+				// others it carried is not known, and not carried on.
+				h.mu.rec.Carried = []string{cur.Token}
+			}
+			h.mu.rec.Carried = h.mu.rec.Carried[:min(len(h.mu.rec.Carried), maxCarried)]
 		}
 		h.mu.ver = ver
 		h.state.Store(&state{}) // valid once the first write lands
@@ -456,10 +472,10 @@ func (h *Held) putLocked(ctx context.Context, rec Record, start time.Time) error
 			h.mu.ver = ""
 			continue
 		}
-		if !h.mu.rec.Holds(cur.Token) {
-			// Another process wrote over the lease. (A record under a carried
-			// token is a stand-in a reader wrote back after the object was
-			// deleted, as for our own.)
+		if !h.mu.rec.Holds(cur.Token) && !(cur.StandIn && cur.Holder == h.mu.rec.Holder) {
+			// Another process wrote over the lease. (A stand-in of ours, under
+			// any token of ours, a carried one or one let go, is a reader's
+			// write-back of the object deleted: nobody took the lease.)
 			return h.lose(fmt.Errorf("lease %s: now %q's: %w", h.key, cur.Holder, ErrLost))
 		}
 		if !errors.Is(werr, substrate.ErrPreconditionFailed) || attempt == maxRaces {
