@@ -1,6 +1,7 @@
 // Package model checks l0.qnt, the Quint model of l0's ownership protocol
-// (DESIGN.md, "The protocol model"), by random simulation: `quint run` plays random
-// traces of the model and checks an invariant at every state.
+// (DESIGN.md, "The protocol model"), and chain.qnt, the model of the reincarnation
+// protocol by one chain write per instance, by random simulation: `quint run`
+// plays random traces of a model and checks an invariant at every state.
 //
 // The tests install Quint with scripts/quint.sh (from the npm registry, once per
 // version) and run it with a short budget and a fixed seed, printed, so that a
@@ -57,7 +58,7 @@ func TestTheProtocolModelHoldsItsInvariants(t *testing.T) {
 	for i, inv := range invariants {
 		t.Run(inv, func(t *testing.T) {
 			t.Parallel()
-			r := simulate(t, quint, "l0", inv, runSeed(i), *samples, *steps)
+			r := simulate(t, quint, "l0.qnt", "l0", inv, runSeed(i), *samples, *steps)
 			if r.violated {
 				t.Fatalf("%s is violated (seed %d, %d traces of %d steps); quint says:\n%s",
 					inv, r.seed, *samples, *steps, r.output)
@@ -102,7 +103,75 @@ func TestTheModelCatchesEachBrokenVariant(t *testing.T) {
 			if seedGiven() {
 				s = runSeed(i)
 			}
-			r := simulate(t, quint, v.module, v.breaks, s, v.within, *steps)
+			r := simulate(t, quint, "l0.qnt", v.module, v.breaks, s, v.within, *steps)
+			if !r.violated {
+				t.Fatalf("%s: no violation of %s in %d traces of %d steps (seed %d): the model no longer catches this bug",
+					v.module, v.breaks, v.within, *steps, r.seed)
+			}
+			t.Logf("%s breaks %s: seed %d, found in about %d traces, %.1fs; quint: %s",
+				v.module, v.breaks, r.seed, r.traces, r.took.Seconds(), r.summary)
+		})
+	}
+}
+
+// chainInvariants are the invariants of chain.qnt, the model of the
+// reincarnation protocol by one chain write per instance.
+var chainInvariants = []string{
+	"AckedIsReadable",
+	"NoOffsetAckedTwice",
+	"NothingAckedPastAFence",
+	"AckedOnlyInTheChain",
+	"ReincarnationIsOneWrite",
+}
+
+// TestTheChainModelHoldsItsInvariants runs the reincarnation protocol (module
+// chain of chain.qnt) for each invariant and fails, with quint's trace, if a run
+// finds a violation.
+func TestTheChainModelHoldsItsInvariants(t *testing.T) {
+	t.Parallel()
+	quint := installQuint(t)
+	for i, inv := range chainInvariants {
+		t.Run(inv, func(t *testing.T) {
+			t.Parallel()
+			r := simulate(t, quint, "chain.qnt", "chain", inv, runSeed(i), *samples, *steps)
+			if r.violated {
+				t.Fatalf("%s is violated (seed %d, %d traces of %d steps); quint says:\n%s",
+					inv, r.seed, *samples, *steps, r.output)
+			}
+			t.Logf("%s holds: %d traces of %d steps, seed %d, %.1fs", inv, *samples, *steps, r.seed, r.took.Seconds())
+		})
+	}
+}
+
+// chainBrokenVariants are the modules of chain.qnt that each put one bug into
+// the reincarnation protocol, and the invariant the bug breaks, as
+// brokenVariants are for l0.qnt: seed finds it within a few hundred traces.
+var chainBrokenVariants = []struct {
+	module, breaks string
+	seed           uint64
+	within         int
+}{
+	{"broken_no_mark", "AckedIsReadable", 1, 500},
+	{"broken_ack_before_chain", "AckedIsReadable", 10, 1000},
+	{"broken_ignore_marks", "AckedIsReadable", 1, 500},
+	{"broken_read_one_incarnation", "AckedIsReadable", 2, 3000},
+	{"broken_restart_keeps_epoch", "AckedIsReadable", 16, 3000},
+	{"broken_blind_retry", "ReincarnationIsOneWrite", 1, 500},
+}
+
+// TestTheChainModelCatchesEachBrokenVariant runs each broken variant of
+// chain.qnt and requires a violation of the invariant it names.
+func TestTheChainModelCatchesEachBrokenVariant(t *testing.T) {
+	t.Parallel()
+	quint := installQuint(t)
+	for i, v := range chainBrokenVariants {
+		t.Run(v.module, func(t *testing.T) {
+			t.Parallel()
+			s := v.seed
+			if seedGiven() {
+				s = runSeed(i)
+			}
+			r := simulate(t, quint, "chain.qnt", v.module, v.breaks, s, v.within, *steps)
 			if !r.violated {
 				t.Fatalf("%s: no violation of %s in %d traces of %d steps (seed %d): the model no longer catches this bug",
 					v.module, v.breaks, v.within, *steps, r.seed)
@@ -130,9 +199,9 @@ type result struct {
 	summary  string // its verdict line and the seed that replays the trace
 }
 
-// simulate runs `quint run` on module of l0.qnt, checking invariant, for up to
-// samples traces of steps steps from seed.
-func simulate(t *testing.T, quint, module, invariant string, seed uint64, samples, steps int) result {
+// simulate runs `quint run` on module of file (in this directory), checking
+// invariant, for up to samples traces of steps steps from seed.
+func simulate(t *testing.T, quint, file, module, invariant string, seed uint64, samples, steps int) result {
 	t.Helper()
 	ctx := context.Background()
 	if d, ok := t.Deadline(); ok {
@@ -142,7 +211,7 @@ func simulate(t *testing.T, quint, module, invariant string, seed uint64, sample
 	}
 	// The typescript backend runs in node; the default one downloads a Rust
 	// evaluator at run time.
-	cmd := exec.CommandContext(ctx, quint, "run", "l0.qnt",
+	cmd := exec.CommandContext(ctx, quint, "run", file,
 		"--main", module, "--backend", "typescript",
 		"--max-samples", strconv.Itoa(samples), "--max-steps", strconv.Itoa(steps),
 		"--seed", strconv.FormatUint(seed, 10),
@@ -171,7 +240,7 @@ func simulate(t *testing.T, quint, module, invariant string, seed uint64, sample
 	case errors.As(err, &exit) && exit.ExitCode() == 1 && strings.Contains(r.output, "[violation]"):
 		r.violated = true
 	default:
-		t.Fatalf("quint run --main %s --invariants %s: %v; it says:\n%s", module, invariant, err, r.output)
+		t.Fatalf("quint run %s --main %s --invariants %s: %v; it says:\n%s", file, module, invariant, err, r.output)
 	}
 	return r
 }
