@@ -229,30 +229,29 @@ func DecodeChain(b []byte) (Chain, error) {
 // ReadChain returns instance's chain with its version: the chain with no
 // incarnations and marks, and the empty version, when there is none.
 func ReadChain(ctx context.Context, b *substrate.Bucket, instance string) (Chain, substrate.Version, error) {
-	c, ver, _, err := readChain(ctx, b, instance)
-	return c, ver, err
+	return readChain(ctx, b, instance)
 }
 
-func readChain(ctx context.Context, b *substrate.Bucket, instance string) (Chain, substrate.Version, []byte, error) {
+func readChain(ctx context.Context, b *substrate.Bucket, instance string) (Chain, substrate.Version, error) {
 	if err := checkInstance(instance); err != nil {
-		return Chain{}, "", nil, err
+		return Chain{}, "", err
 	}
 	key := ChainKey(instance)
 	data, attrs, err := b.Get(ctx, key)
 	if errors.Is(err, substrate.ErrNotFound) {
-		return Chain{Instance: instance}, "", nil, nil
+		return Chain{Instance: instance}, "", nil
 	}
 	if err != nil {
-		return Chain{}, "", nil, fmt.Errorf("tail: chain %s: %w", key, err)
+		return Chain{}, "", fmt.Errorf("tail: chain %s: %w", key, err)
 	}
 	c, err := DecodeChain(data)
 	if err == nil && c.Instance != instance {
 		err = chainCorrupt("chain of %q under %s", c.Instance, key)
 	}
 	if err != nil {
-		return Chain{}, "", nil, fmt.Errorf("tail: chain %s on %s: %w", key, b.Name(), err)
+		return Chain{}, "", fmt.Errorf("tail: chain %s on %s: %w", key, b.Name(), err)
 	}
-	return c, attrs.Version, data, nil
+	return c, attrs.Version, nil
 }
 
 // Reincarnate ends incarnation live of instance at end, the sequence of the
@@ -321,20 +320,27 @@ func MarkTaken(ctx context.Context, b *substrate.Bucket, instance, shard string,
 }
 
 // updateChain writes apply(chain) by a conditional write on the version read,
-// unless done(chain). A write that failed is settled by reading the chain back:
-// the bytes written there is landed; a chain that moved goes again from that
-// read, where done tells a write that landed and was followed by another (the
-// write was conditional on the version before, so if it has not landed it never
-// will); a chain that did not move may still take it: ErrUnknownOutcome.
+// unless done(chain). A write that failed is settled by reading the chain back
+// and going again from there: a chain that done holds took the write (the bytes
+// written, or those of a later write that kept it, since marks and incarnations
+// are never dropped); a chain that moved without it never will take it (the
+// write was conditional on the version before), so the update is made afresh; a
+// chain that did not move may still take it: ErrUnknownOutcome. It is a read
+// there, not the same bytes, that tells a write landed: a takeover's mark may
+// follow the owner's reincarnation before the owner reads back.
 func updateChain(ctx context.Context, b *substrate.Bucket, instance string, done func(Chain) bool, apply func(Chain) (Chain, error)) (Chain, error) {
 	key := ChainKey(instance)
-	cur, ver, _, err := readChain(ctx, b, instance)
+	cur, ver, err := readChain(ctx, b, instance)
 	if err != nil {
 		return Chain{}, err
 	}
-	for attempt := 1; ; attempt++ {
+	var werr error
+	for attempt := 0; ; attempt++ {
 		if done(cur) {
 			return cur, nil
+		}
+		if attempt == chainAttempts {
+			return Chain{}, fmt.Errorf("tail: chain %s: %d attempts: %w", key, attempt, werr)
 		}
 		next, err := apply(cur.clone())
 		if err != nil {
@@ -344,25 +350,19 @@ func updateChain(ctx context.Context, b *substrate.Bucket, instance string, done
 		if err != nil {
 			return Chain{}, err
 		}
-		werr := putChain(ctx, b, key, ver, data)
+		werr = putChain(ctx, b, key, ver, data)
 		if werr == nil {
 			return next, nil
 		}
-		back, backVer, raw, rerr := readChain(ctx, b, instance)
+		back, backVer, rerr := readChain(ctx, b, instance)
 		if rerr != nil {
 			if errors.Is(werr, substrate.ErrPreconditionFailed) {
 				return Chain{}, rerr
 			}
 			return Chain{}, fmt.Errorf("tail: chain %s: %w: %w", key, ErrUnknownOutcome, errors.Join(werr, rerr))
 		}
-		if bytes.Equal(raw, data) {
-			return next, nil
-		}
 		if !errors.Is(werr, substrate.ErrPreconditionFailed) && backVer == ver {
 			return Chain{}, fmt.Errorf("tail: chain %s: %w: %w", key, ErrUnknownOutcome, werr)
-		}
-		if attempt == chainAttempts {
-			return Chain{}, fmt.Errorf("tail: chain %s: %d attempts: %w", key, attempt, werr)
 		}
 		cur, ver = back, backVer
 	}
