@@ -9,7 +9,7 @@ WITH_EMULATORS = env $$(scripts/emulators.sh)
 
 # Every decoder's fuzz target, as package:Target; fuzz-all runs each for $(1).
 FUZZ_TARGETS = ./internal/part/:FuzzOpenAndRead ./internal/part/:FuzzDecodeWithValidChecksums \
-	./internal/tail/:FuzzDecode ./manifest/:FuzzDecode ./manifest/:FuzzDamagedManifest \
+	./internal/tail/:FuzzDecode ./internal/tail/:FuzzDecodeChain ./manifest/:FuzzDecode ./manifest/:FuzzDamagedManifest \
 	./wal/:FuzzDecodePage ./wal/:FuzzDecodeMarks
 fuzz-all = for t in $(FUZZ_TARGETS); do GO=$(GO) scripts/fuzz.sh "$${t%%:*}" "$${t\#\#*:}" $(1) || exit 1; done
 
