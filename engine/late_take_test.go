@@ -13,6 +13,7 @@ import (
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
 )
@@ -67,8 +68,16 @@ func (d *wireDriver) land(t *testing.T) error {
 	return p()
 }
 
-// lateLease is short, so that the bounds below are a few seconds.
+// lateLease is short, so that the bounds of the tests of takeovers and restarts
+// are a few seconds.
 var lateLease = manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+
+// refuseShardWrites makes fa refuse every conditional write of a shard's
+// manifest: an engine's releases and takeovers fail, as on a machine cut off from
+// the store.
+func refuseShardWrites(fa *fault.Driver) {
+	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap, substrate.OpPutIfAbsent}, Key: "^shards/", Err: fault.ErrInjected})
+}
 
 // lateMachines returns the options of two engines on their own Dirs, over one
 // shared bucket; B's client goes through the returned wire driver.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
 )
@@ -21,7 +20,7 @@ import (
 func TestACopiedDirBesideItsOriginalCutsTheOriginalOff(t *testing.T) {
 	ctx := context.Background()
 	drv := mem.New()
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	short := lateLease
 	dirA := t.TempDir()
 	optsA := Options{Dir: dirA, Bucket: substratetest.NewBucket(t, "shared", drv), Seal: quietSealOptions(), Lease: short, RenewEvery: time.Second}
 	eA := open(t, optsA)

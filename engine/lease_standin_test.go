@@ -10,7 +10,6 @@ import (
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
@@ -30,12 +29,12 @@ func TestAStandInUnderACarriedTokenDoesNotFreeTheLiveEnginesShards(t *testing.T)
 	clk := testclock.New() // never advanced: no renewal of C's, no orphan pass
 	drv := mem.New()
 	fa := fault.Wrap(drv, 1)
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	short := lateLease
 	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(),
 		Durability: Local, Clock: clk, Lease: short, RenewEvery: time.Second}
 	eA := open(t, optsA)
 	appendBatches(t, openShard(t, eA, "x"), 2)
-	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap, substrate.OpPutIfAbsent}, Key: "^shards/", Err: fault.ErrInjected})
+	refuseShardWrites(fa)
 	t.Logf("A's machine lost (its Close fails): %v", eA.Close())
 	fa.SetRules()
 
@@ -91,7 +90,7 @@ func TestAStandInUnderALetGoTokenDoesNotCostTheLiveEngineItsLease(t *testing.T) 
 		t.Fatal(err)
 	}
 	appendBatches(t, openShard(t, eA, "w"), 2)
-	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap, substrate.OpPutIfAbsent}, Key: "^shards/", Err: fault.ErrInjected})
+	refuseShardWrites(fa)
 	t.Logf("A's machine lost (its Close fails): %v", eA.Close())
 	fa.SetRules()
 

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
@@ -23,11 +21,11 @@ func TestARestartsOrphanIsGivenBackAfterAnOpenThatFailed(t *testing.T) {
 	drv := mem.New()
 	fa := fault.Wrap(drv, 1)
 	stall := &stallRead{Driver: drv}
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	short := lateLease
 	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(), Lease: short, RenewEvery: time.Second}
 	eA := open(t, optsA)
 	appendBatches(t, openShard(t, eA, "y"), 2)
-	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap, substrate.OpPutIfAbsent}, Key: "^shards/", Err: fault.ErrInjected})
+	refuseShardWrites(fa)
 	t.Logf("A's Close, its shard writes failing: %v", eA.Close())
 
 	optsA2 := optsA

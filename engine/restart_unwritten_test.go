@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
@@ -18,12 +16,12 @@ import (
 func TestARestartGivesBackAShardOpenedButNeverWritten(t *testing.T) {
 	drv := mem.New()
 	fa := fault.Wrap(drv, 1)
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	short := lateLease
 	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(), Lease: short, RenewEvery: time.Second}
 	optsB := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", drv), Seal: quietSealOptions(), Lease: short, RenewEvery: time.Second}
 	eA := open(t, optsA)
 	openShard(t, eA, "y")
-	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap, substrate.OpPutIfAbsent}, Key: "^shards/", Err: fault.ErrInjected})
+	refuseShardWrites(fa)
 	t.Logf("A's close: %v", eA.Close())
 	fa.SetRules()
 	eA2 := open(t, optsA)

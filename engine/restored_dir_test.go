@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
@@ -24,7 +22,7 @@ import (
 func TestARestoredDirLetsGoOfShardsItDoesNotKnow(t *testing.T) {
 	drv := mem.New()
 	fa := fault.Wrap(drv, 1)
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	short := lateLease
 	dirA := t.TempDir()
 	optsA := Options{Dir: dirA, Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(), Lease: short, RenewEvery: time.Second}
 	eA := open(t, optsA)
@@ -34,7 +32,7 @@ func TestARestoredDirLetsGoOfShardsItDoesNotKnow(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendBatches(t, openShard(t, eA, "w"), 2)
-	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap, substrate.OpPutIfAbsent}, Key: "^shards/", Err: fault.ErrInjected})
+	refuseShardWrites(fa)
 	t.Logf("A's machine lost (its Close fails): %v", eA.Close())
 	fa.SetRules()
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -24,7 +23,7 @@ import (
 func unshippedLocal(t *testing.T, clk clock.Clock) (fa *fault.Driver, optsA, optsB Options) {
 	drv := mem.New()
 	fa = fault.Wrap(drv, 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^tail/", Err: fault.ErrInjected})
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	short := lateLease
 	optsA = Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(),
 		Durability: Local, Clock: clk, Lease: short, RenewEvery: time.Second}
 	optsB = Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", drv), Seal: quietSealOptions(),

@@ -53,12 +53,18 @@ var invariants = []string{
 // TestTheProtocolModelHoldsItsInvariants runs the protocol (module l0) for each
 // invariant and fails, with quint's trace, if a run finds a violation.
 func TestTheProtocolModelHoldsItsInvariants(t *testing.T) {
+	holdsInvariants(t, "l0.qnt", "l0", invariants)
+}
+
+// holdsInvariants runs module of file for each invariant, in a run of its own,
+// and fails, with quint's trace, if a run finds a violation.
+func holdsInvariants(t *testing.T, file, module string, invs []string) {
 	t.Parallel()
 	quint := installQuint(t)
-	for i, inv := range invariants {
+	for i, inv := range invs {
 		t.Run(inv, func(t *testing.T) {
 			t.Parallel()
-			r := simulate(t, quint, "l0.qnt", "l0", inv, runSeed(i), *samples, *steps)
+			r := simulate(t, quint, file, module, inv, runSeed(i), *samples, *steps)
 			if r.violated {
 				t.Fatalf("%s is violated (seed %d, %d traces of %d steps); quint says:\n%s",
 					inv, r.seed, *samples, *steps, r.output)
@@ -73,11 +79,7 @@ func TestTheProtocolModelHoldsItsInvariants(t *testing.T) {
 // can break checks nothing, so each must be caught. A run stops at the first
 // violation; seed is one that finds it within a few hundred traces (most bugs
 // show in the first few), and within bounds a run from the seed -seed gives.
-var brokenVariants = []struct {
-	module, breaks string
-	seed           uint64
-	within         int
-}{
+var brokenVariants = []brokenVariant{
 	{"broken_skip_fence", "AckedIsReadable", 1, 500},
 	{"broken_ack_before_sync", "AckedIsReadable", 1000003, 4000},
 	{"broken_ack_before_ship", "AckedIsReadable", 1, 500},
@@ -94,16 +96,30 @@ var brokenVariants = []struct {
 // violation of the invariant it names: from its own seed, or with -seed (or
 // QUINT_SEED) given, from runSeed.
 func TestTheModelCatchesEachBrokenVariant(t *testing.T) {
+	catchesEachBrokenVariant(t, "l0.qnt", brokenVariants)
+}
+
+// brokenVariant is a module that puts one bug into a model, the invariant the
+// bug breaks, a seed that finds it, and within how many traces.
+type brokenVariant struct {
+	module, breaks string
+	seed           uint64
+	within         int
+}
+
+// catchesEachBrokenVariant runs each variant of file and requires a violation of
+// the invariant it names.
+func catchesEachBrokenVariant(t *testing.T, file string, variants []brokenVariant) {
 	t.Parallel()
 	quint := installQuint(t)
-	for i, v := range brokenVariants {
+	for i, v := range variants {
 		t.Run(v.module, func(t *testing.T) {
 			t.Parallel()
 			s := v.seed
 			if seedGiven() {
 				s = runSeed(i)
 			}
-			r := simulate(t, quint, "l0.qnt", v.module, v.breaks, s, v.within, *steps)
+			r := simulate(t, quint, file, v.module, v.breaks, s, v.within, *steps)
 			if !r.violated {
 				t.Fatalf("%s: no violation of %s in %d traces of %d steps (seed %d): the model no longer catches this bug",
 					v.module, v.breaks, v.within, *steps, r.seed)
@@ -128,29 +144,13 @@ var chainInvariants = []string{
 // chain of chain.qnt) for each invariant and fails, with quint's trace, if a run
 // finds a violation.
 func TestTheChainModelHoldsItsInvariants(t *testing.T) {
-	t.Parallel()
-	quint := installQuint(t)
-	for i, inv := range chainInvariants {
-		t.Run(inv, func(t *testing.T) {
-			t.Parallel()
-			r := simulate(t, quint, "chain.qnt", "chain", inv, runSeed(i), *samples, *steps)
-			if r.violated {
-				t.Fatalf("%s is violated (seed %d, %d traces of %d steps); quint says:\n%s",
-					inv, r.seed, *samples, *steps, r.output)
-			}
-			t.Logf("%s holds: %d traces of %d steps, seed %d, %.1fs", inv, *samples, *steps, r.seed, r.took.Seconds())
-		})
-	}
+	holdsInvariants(t, "chain.qnt", "chain", chainInvariants)
 }
 
 // chainBrokenVariants are the modules of chain.qnt that each put one bug into
 // the reincarnation protocol, and the invariant the bug breaks, as
 // brokenVariants are for l0.qnt: seed finds it within a few hundred traces.
-var chainBrokenVariants = []struct {
-	module, breaks string
-	seed           uint64
-	within         int
-}{
+var chainBrokenVariants = []brokenVariant{
 	{"broken_no_mark", "AckedIsReadable", 1, 500},
 	{"broken_ack_before_chain", "AckedIsReadable", 10, 1000},
 	{"broken_ignore_marks", "AckedIsReadable", 1, 500},
@@ -162,24 +162,7 @@ var chainBrokenVariants = []struct {
 // TestTheChainModelCatchesEachBrokenVariant runs each broken variant of
 // chain.qnt and requires a violation of the invariant it names.
 func TestTheChainModelCatchesEachBrokenVariant(t *testing.T) {
-	t.Parallel()
-	quint := installQuint(t)
-	for i, v := range chainBrokenVariants {
-		t.Run(v.module, func(t *testing.T) {
-			t.Parallel()
-			s := v.seed
-			if seedGiven() {
-				s = runSeed(i)
-			}
-			r := simulate(t, quint, "chain.qnt", v.module, v.breaks, s, v.within, *steps)
-			if !r.violated {
-				t.Fatalf("%s: no violation of %s in %d traces of %d steps (seed %d): the model no longer catches this bug",
-					v.module, v.breaks, v.within, *steps, r.seed)
-			}
-			t.Logf("%s breaks %s: seed %d, found in about %d traces, %.1fs; quint: %s",
-				v.module, v.breaks, r.seed, r.traces, r.took.Seconds(), r.summary)
-		})
-	}
+	catchesEachBrokenVariant(t, "chain.qnt", chainBrokenVariants)
 }
 
 // seedGiven reports whether the seed came from -seed or QUINT_SEED.
