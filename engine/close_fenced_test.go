@@ -40,14 +40,14 @@ func TestACloseWhileFencedInLocalModeLosesNoAcknowledgedRecord(t *testing.T) {
 	}
 	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^tail/", Err: fault.ErrInjected})
 	acked := appendBatches(t, y, 10)
-	old := eA.tail.cur.Load()
+	old := eA.tail.Incarnation()
 	if _, err := eB.OpenShard(ctx, "x"); err != nil { // fences A's stream
 		t.Fatal(err)
 	}
 	// A's tail can be put again, and meets the fence; y's manifest cannot be
 	// written by A.
 	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Key: "^shards/y/manifest$", Err: fault.ErrInjected})
-	waitFor(t, 10*time.Second, "A's new incarnation", func() bool { return eA.tail.cur.Load() != old })
+	waitFor(t, 10*time.Second, "A's new incarnation", func() bool { return eA.tail.Incarnation() != old })
 	if err := eA.Close(); err == nil {
 		t.Fatal("A's engine closed cleanly, though y's lease could not be released with its backlog recorded")
 	}

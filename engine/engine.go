@@ -87,24 +87,10 @@ type Engine struct {
 	}
 	warnedUnderReplicated atomic.Bool
 
-	// tail ships every page the WAL takes (see openTail).
-	tail struct {
-		replica string // the replica it goes to
-		cur     atomic.Pointer[tailStream]
-		done    chan struct{} // closed when watchTail returns
-		mu      sync.Mutex
-		retired tail.FlushStats // the counters of the streams fenced before cur
-		// waiting are the shards whose pages wait for a move to cur: from the
-		// fence until their manifest points at cur, their records past what the
-		// fenced stream holds are on this Dir alone (see tailStats).
-		waiting map[string]bool
-	}
-	// collector is the state of collectTail, which alone uses seen: when each tail
-	// object was first listed.
-	collector struct {
-		done chan struct{}
-		seen map[string]time.Time
-	}
+	// tail ships every page the WAL takes, to the replica named tailReplica
+	// (see openTail).
+	tail        *tail.Tail
+	tailReplica string
 }
 
 // Open opens the engine in opts.Dir, creating the directory if needed, and recovers
@@ -171,28 +157,19 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.mu.opening = make(map[string]bool)
 	e.metrics = newMetrics(e) // its collectors read the tail only when collected
 	e.events = e.newEvents()
-	if err := e.openTail(); err != nil {
-		sealer.Close()
-		encoder.Close()
-		log.Close()
-		return nil, err
-	}
+	e.openTail()
 	upOpts := opts.Upload
 	upOpts.ObserveLag = e.events.PartReplicated // which tells opts.Upload.ObserveLag too
 	e.uploader = replica.NewUploader(set, upOpts)
 	if err := e.metrics.register(opts.Registerer); err != nil {
-		e.tail.cur.Load().flusher.Close(context.Background())
+		e.tail.Close(context.Background())
 		e.uploader.Close()
 		sealer.Close()
 		encoder.Close()
 		log.Close()
 		return nil, err
 	}
-	e.tail.done = make(chan struct{})
-	e.collector.done = make(chan struct{})
 	go e.renewLease()
-	go e.watchTail()
-	go e.collectTail()
 	return e, nil
 }
 
@@ -277,7 +254,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		if err := shard.ReleaseLeaving(ctx, e.log, owner, id); err != nil {
+		if err := shard.ReleaseLeaving(ctx, e.log, shardTail{e.tail}, owner, id); err != nil {
 			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
 		}
 		return nil, ErrClosed
@@ -287,7 +264,7 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		UploadWait: e.opts.Lease.Duration,
 		PartsDir:   e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Clock: e.opts.Clock, Events: e.events,
+		Clock: e.opts.Clock, Events: e.events, Tail: shardTail{e.tail},
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()
@@ -297,18 +274,6 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.shards[id] = sh
 	e.mu.owners[id] = owner
 	e.mu.Unlock() // what follows talks to the object store: not under mu
-
-	// A fence met while the takeover ran started a new tail incarnation that may
-	// not have seen this shard: move it now, before its first append. (If both
-	// move it, the second finds it moved.)
-	if cur, t := e.tail.cur.Load(), owner.Manifest().Tail; t == nil || t.Incarnation != cur.incarnation {
-		if err := e.moveShard(ctx, id, owner, cur); err != nil {
-			if rerr := sh.Retire(ctx); rerr != nil && !errors.Is(rerr, ErrFenced) {
-				e.orphaned(id) // owned under the instance lease, and served by no one
-			}
-			return nil, fmt.Errorf("engine: open shard %q: %w", id, err)
-		}
-	}
 
 	if e.opts.BackfillOnOpen {
 		if _, err := e.backfill(id, owner); err != nil {
@@ -426,7 +391,7 @@ func (e *Engine) Close() error {
 	// owned (the lease still carries the previous engine's token) and did not
 	// give back yet: the lease is kept while, in Local mode, any page is
 	// unshipped, or while any such shard is left.
-	if e.opts.Durability == Local && e.tailStats().Pending > 0 {
+	if e.opts.Durability == Local && e.tail.Stats().Pending > 0 {
 		kept = true
 	}
 	if h := e.heldLease(); h != nil && h.Carries() {
@@ -438,9 +403,7 @@ func (e *Engine) Close() error {
 	e.uploader.Close()
 	// Every shard shipped its pages as it retired; an append that failed is all
 	// that can be left, and its caller was told its outcome is unknown.
-	<-e.tail.done
-	<-e.collector.done
-	if err := e.tail.cur.Load().flusher.Close(ctx); err != nil {
+	if err := e.tail.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine: close: the tail: %w", err))
 	}
 	// The releases' copies go out before the engine stops copying (within the same

@@ -30,6 +30,7 @@ func (e *Engine) newEvents() event.Listener {
 // lack their copies.
 func (e *Engine) shardClosed(id string, inDoubt []manifest.Part) {
 	e.forget(id)
+	e.tail.Drop(id)
 	for _, p := range inDoubt {
 		e.opts.Logger.Warn("engine: a part whose commit had an unknown outcome was not settled before the shard closed: if it was committed, it lacks its copies until BackfillUnderReplicated",
 			"shard", id, "part", p.Key)

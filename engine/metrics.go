@@ -214,19 +214,19 @@ func newMetrics(e *Engine) *metrics {
 	})
 	flush := func(name, help string, f func(tail.FlushStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return f(e.tailStats()) })
+			func() float64 { return f(e.tail.Stats()) })
 	}
 	m.tail = []prometheus.Collector{
 		flush("l0_tail_puts_total", "Tail objects shipped.", func(s tail.FlushStats) float64 { return float64(s.Puts) }),
 		flush("l0_tail_bytes_total", "Record bytes shipped in tail objects.", func(s tail.FlushStats) float64 { return float64(s.Bytes) }),
 		flush("l0_tail_put_failures_total", "Tail puts that failed (each is retried).", func(s tail.FlushStats) float64 { return float64(s.Failures) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses. After a fence it counts every page of the shards that wait for their move to the new incarnation (an upper bound until they move).",
-		}, func() float64 { return float64(e.tailStats().Pending) }),
+			Name: "l0_tail_unshipped_bytes", Help: "Record bytes in the WAL not yet shipped to the tail: in Local mode, what losing the machine loses. After a fence it counts the pages waiting for the next incarnation to start.",
+		}, func() float64 { return float64(e.tail.Stats().Pending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "l0_tail_unshipped_age_seconds", Help: "Age of the oldest page not yet shipped to the tail; 0 without any.",
 		}, func() float64 {
-			if o := e.tailStats().Oldest; !o.IsZero() {
+			if o := e.tail.Stats().Oldest; !o.IsZero() {
 				return max(0, e.opts.Clock.Now().Sub(o).Seconds())
 			}
 			return 0
@@ -377,7 +377,7 @@ func (e *Engine) Metrics() Metrics {
 	us := e.uploader.Stats()
 	out.Uploads, out.UploadBytes, out.UploadLagMicrosTotal, out.DurableParts = us.Uploads, us.UploadBytes, us.UploadLagMicrosTotal, us.DurableParts
 	out.BackfillUploads, out.BackfillUploadBytes, out.UploadFailures = us.BackfillUploads, us.BackfillUploadBytes, us.UploadFailures
-	ts := e.tailStats()
+	ts := e.tail.Stats()
 	out.TailPuts, out.TailBytes, out.TailPutFailures, out.TailUnshippedBytes = ts.Puts, ts.Bytes, ts.Failures, uint64(ts.Pending)
 	out.FencesWritten, out.FencesMet, out.TailObjectsCollected = counterValue(m.fences), counterValue(m.fencesMet), counterValue(m.collected)
 	out.Config, out.Data = e.set.Config(), e.durability()

@@ -79,7 +79,7 @@ func (e *Engine) source(p manifest.Part) (replica.UploadSource, bool) {
 // copy of a part is queued or running, and then until every replica holds the
 // manifests as last published (or a copy's attempt failed: its error).
 func (e *Engine) FlushAndWaitUploads(ctx context.Context) error {
-	if err := e.tail.cur.Load().flusher.WaitRoom(ctx, 1, 0); err != nil {
+	if err := e.tail.WaitRoom(ctx, 1, 0); err != nil {
 		return fmt.Errorf("engine: flush the tail: %w", err)
 	}
 	if err := e.uploader.Flush(ctx); err != nil {

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -27,186 +25,108 @@ import (
 // owner may have acknowledged.
 var ErrTailMissing = errors.New("engine: tail records missing")
 
-// tailStream is one incarnation of the engine's tail stream and its flusher.
-type tailStream struct {
-	flusher     *tail.Flusher
-	incarnation uint64
-}
-
-// openTail starts the engine's tail: a new incarnation of its stream on the tail
-// replica, and the flusher that ships every page the WAL takes to it. A fence met
-// later starts another (see reincarnate).
-func (e *Engine) openTail() error {
-	e.tail.replica = e.opts.Tail.Replica
-	if e.tail.replica == "" {
-		e.tail.replica = e.set.Authority().Name
+// openTail starts the engine's tail on the tail replica: every page the WAL
+// takes is shipped there, in incarnation after incarnation (see tail.Tail).
+func (e *Engine) openTail() {
+	e.tailReplica = e.opts.Tail.Replica
+	if e.tailReplica == "" {
+		e.tailReplica = e.set.Authority().Name
 	}
-	s, err := e.newTailStream()
-	if err != nil {
-		return err
-	}
-	e.tail.cur.Store(s)
-	e.log.ShipTo(s.flusher, wal.ShipOptions{
-		Remote:   e.opts.Durability == Remote,
-		MaxBytes: e.opts.Tail.MaxUnshippedBytes, MaxAge: e.opts.Tail.MaxUnshippedAge,
-	})
-	return nil
-}
-
-// newTailStream starts the stream of the engine's next incarnation.
-func (e *Engine) newTailStream() (*tailStream, error) {
-	spec, _ := e.set.Get(e.tail.replica)
-	// Past every incarnation on the replica too: a Dir restored from an older
-	// copy, or another Dir given the same Instance, must not write into a stream
-	// that exists. An engine opens without its object store (its WAL is local), so
-	// a listing that fails leaves the Dir's count alone; a collision is then met
-	// at the first put, as a fence, and the next incarnation lists again.
-	ctx, cancel := context.WithTimeout(e.closing, min(e.opts.Lease.Duration, 5*time.Second))
-	defer cancel()
-	var listed uint64
-	if streams, err := tail.Streams(ctx, spec.Bucket, e.opts.Instance); err != nil {
-		e.opts.Logger.Warn("engine: the tail streams could not be listed; the incarnation is the Dir's", "err", err)
-	} else if len(streams) > 0 {
-		listed = streams[len(streams)-1].Incarnation
-	}
-	inc, err := nextIncarnation(e.opts.FS, e.opts.Dir, listed)
-	if err != nil {
-		return nil, err
-	}
-	var w [8]byte
-	rand.Read(w[:])
-	stream := tail.NewStream(spec.Bucket, e.opts.Instance, inc, 0, hex.EncodeToString(w[:]))
-	return &tailStream{
-		flusher: tail.NewFlusher(stream, tail.FlushOptions{
+	spec, _ := e.set.Get(e.tailReplica)
+	e.tail = tail.Open(tail.Options{
+		Bucket: spec.Bucket, Instance: e.opts.Instance,
+		NextIncarnation: func(after uint64) (uint64, error) { return nextIncarnation(e.opts.FS, e.opts.Dir, after) },
+		Flush: tail.FlushOptions{
 			Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes, Retry: e.opts.Tail.Retry,
 			Clock: e.opts.Clock, Shipped: e.events.TailShipped,
-		}),
-		incarnation: inc,
-	}, nil
+		},
+		Taken: e.shardTaken,
+		Collect: tail.CollectOptions{
+			Every: e.opts.Tail.CollectEvery, After: e.opts.Tail.CollectAfter,
+			View: e.tailView, Collected: func(n int) { e.metrics.collected.Add(float64(n)) },
+		},
+		Logger: e.opts.Logger,
+	})
+	e.log.ShipTo(walSink{e.tail, e.opts.Tail.MaxUnshippedBytes, e.opts.Tail.MaxUnshippedAge},
+		wal.ShipOptions{Remote: e.opts.Durability == Remote})
 }
 
-// watchTail replaces the tail stream each time a takeover fences it, until the
-// engine closes.
-func (e *Engine) watchTail() {
-	defer close(e.tail.done)
-	for {
-		s := e.tail.cur.Load()
-		select {
-		case <-e.stop:
-			return
-		case <-s.flusher.Done():
-		}
-		if !errors.Is(s.flusher.Err(), tail.ErrFenced) {
-			return
-		}
-		if err := e.reincarnate(s); err != nil {
-			e.opts.Logger.Error("engine: the tail was fenced and no new incarnation could start: appends fail", "err", err)
-			return
-		}
-	}
-}
-
-// reincarnate carries on after a takeover fenced the tail stream old: nothing more
-// is acknowledged from it. It starts the next incarnation's stream and moves every
-// open shard to it (moveShard); the shard whose takeover fenced us fails to move,
-// its manifest being another owner's, and fails its appends. (A shard whose lease
-// merely lapsed moves too: a renewal may bring it back.) A shard opened meanwhile
-// on the old stream moves itself as its open ends (see OpenShard).
-func (e *Engine) reincarnate(old *tailStream) error {
-	s, err := e.newTailStream()
-	if err != nil {
-		return err
-	}
-	e.tail.mu.Lock()
-	e.tail.retired = addStats(e.tail.retired, old.flusher.Stats())
-	e.tail.cur.Store(s)
-	e.tail.mu.Unlock()
-	e.log.ShipNewShardsTo(s.flusher)
-	e.opts.Logger.Warn("engine: the tail was fenced by a takeover; carrying on in a new incarnation",
-		"old", old.incarnation, "new", s.incarnation)
-	owners, _ := e.owners()
-	e.tail.mu.Lock()
-	for id := range owners {
-		e.waitFor(id)
-	}
-	e.tail.mu.Unlock()
-	ctx, cancel := context.WithTimeout(e.closing, e.opts.Lease.Duration)
-	defer cancel()
-	for id, o := range owners {
-		e.moveShard(ctx, id, o, s) // one that fails fails its appends, and says so
-	}
-	return nil
-}
-
-// moveShard moves shard id, which o owns, to the tail stream s: it ships the
-// shard's records past the sealed watermark there and points the manifest at it,
-// holding the shard's acknowledgements meanwhile. If it fails, the shard's
-// appends fail from then on (its acknowledged records are all in the stream it
-// was on, which the manifest still names) until it is closed and opened again.
-func (e *Engine) moveShard(ctx context.Context, id string, o *manifest.Owner, s *tailStream) error {
-	e.tail.mu.Lock()
-	e.waitFor(id)
-	e.tail.mu.Unlock()
-	ptr := e.tailPointer(s)
-	err := e.shipBacklog(ctx, s, id, o.Epoch(), o.Sealed(), true)
-	if err == nil {
-		err = o.PointTail(ctx, *ptr)
-	}
-	if err == nil || errors.Is(err, manifest.ErrFenced) || errors.Is(err, manifest.ErrOwned) {
-		// Moved; or another owner's now, its pages here superseded.
-		e.tail.mu.Lock()
-		delete(e.tail.waiting, id)
-		e.tail.mu.Unlock()
-	}
-	if err != nil {
-		err = fmt.Errorf("engine: shard %q: move to tail incarnation %d: %w", id, s.incarnation, err)
-		e.opts.Logger.Error("engine: a shard could not move to the new tail incarnation: its appends fail", "shard", id, "err", err)
-	}
-	e.log.Resume(id, err)
-	return err
-}
-
-// waitFor records that shard id's pages wait for a move to the current stream,
-// e.tail.mu held.
-func (e *Engine) waitFor(id string) {
-	if e.tail.waiting == nil {
-		e.tail.waiting = map[string]bool{}
-	}
-	e.tail.waiting[id] = true
-}
-
-// tailStats are the counters of every stream this engine shipped. What is not
-// shipped (Pending, Oldest) is the current stream's, and every page of a shard
-// that waits for a move to it: until its manifest points there, a page of it
-// that the fenced stream missed is on this Dir alone, even once put in the new
-// stream. (The pages the fenced stream holds count too: an upper bound while a
-// move waits, as the WAL does not know which shard's pages an object held.) A
-// shard with no pages left waits no longer.
-func (e *Engine) tailStats() tail.FlushStats {
-	e.tail.mu.Lock()
-	defer e.tail.mu.Unlock()
-	cur := e.tail.cur.Load().flusher.Stats()
-	sum := addStats(e.tail.retired, cur)
-	sum.Pending, sum.Oldest = cur.Pending, cur.Oldest
-	for id := range e.tail.waiting {
-		info := e.log.Info(id)
-		if info.Pages == 0 {
-			delete(e.tail.waiting, id)
-			continue
-		}
-		sum.Pending += int(info.UnsealedBytes)
-		if sum.Oldest.IsZero() || info.Oldest.Before(sum.Oldest) {
-			sum.Oldest = info.Oldest
+// tailView is what collection needs of a shard's manifest: the owner's view
+// while it holds the lease, unless a write of its may have landed unseen, or
+// else the authority's.
+func (e *Engine) tailView(ctx context.Context, id string) (tail.View, error) {
+	e.mu.Lock()
+	o := e.mu.owners[id]
+	e.mu.Unlock()
+	var m manifest.Manifest
+	if o != nil && o.Valid() == nil && o.Settled() {
+		m = o.Manifest()
+	} else {
+		var err error
+		if m, _, err = e.store.Load(ctx, id); err != nil {
+			return tail.View{}, err
 		}
 	}
-	return sum
+	v := tail.View{Epoch: m.Epoch, Sealed: m.Sealed}
+	if t := m.Tail; t != nil && t.Replica == e.tailReplica {
+		v.Pointer = pointerOf(t)
+	}
+	return v, nil
 }
 
-func addStats(a, b tail.FlushStats) tail.FlushStats {
-	a.Puts += b.Puts
-	a.Bytes += b.Bytes
-	a.Failures += b.Failures
-	return a
+// pointerOf is the tail's reading of a manifest's tail pointer.
+func pointerOf(t *manifest.Tail) *tail.Pointer {
+	p := &tail.Pointer{Instance: t.Instance, From: tail.Position{Incarnation: t.Incarnation, Sequence: t.From}}
+	if t.Until != 0 {
+		p.Until = tail.Position{Incarnation: t.Incarnation, Sequence: t.Until}
+		if t.UntilIncarnation != 0 {
+			p.Until.Incarnation = t.UntilIncarnation
+		}
+	}
+	return p
+}
+
+// shardTaken fences the owner here of a shard that a takeover elsewhere marked
+// taken at epoch in this instance's chain: its pages under that epoch are no
+// longer shipped, so nothing more of it may be acknowledged.
+func (e *Engine) shardTaken(id string, epoch uint64) {
+	e.mu.Lock()
+	o := e.mu.owners[id]
+	e.mu.Unlock()
+	if o != nil && o.Epoch() == epoch {
+		o.Fence("a takeover marked it in this instance's tail chain")
+		e.opts.Logger.Warn("engine: a shard was taken over by another instance", "shard", id, "epoch", epoch)
+	}
+}
+
+// walSink hands the WAL's pages to the tail.
+type walSink struct {
+	t        *tail.Tail
+	maxBytes int
+	maxAge   time.Duration
+}
+
+func (s walSink) Take(shard string, epoch, first uint64, recs [][]byte) wal.Shipment {
+	return s.t.Add(shard, epoch, first, recs)
+}
+
+func (s walSink) Room(ctx context.Context) error { return s.t.WaitRoom(ctx, s.maxBytes, s.maxAge) }
+
+func (s walSink) Gather() func() { return s.t.Gather() }
+
+// shardTail tells a shard where its pages are in the tail.
+type shardTail struct{ t *tail.Tail }
+
+func (s shardTail) From(shard string, offset uint64) (uint64, uint64, bool) {
+	at, ok := s.t.From(shard, offset)
+	return at.Incarnation, at.Sequence, ok
+}
+
+func (s shardTail) Sealed(shard string, floor uint64) { s.t.Forget(shard, floor) }
+
+func (s shardTail) Until(ctx context.Context, shard string) (uint64, uint64, bool, error) {
+	at, ok, err := s.t.Until(ctx, shard)
+	return at.Incarnation, at.Sequence, ok, err
 }
 
 // nextIncarnation returns the incarnation after the one kept in dir/incarnation
@@ -233,16 +153,16 @@ func nextIncarnation(fsys vfs.FS, dir string, listed uint64) (uint64, error) {
 	return n, nil
 }
 
-// tailPointer is the tail pointer of a shard whose pages this engine ships from
-// now on: its stream, from the next object on.
-func (e *Engine) tailPointer(s *tailStream) *manifest.Tail {
-	return &manifest.Tail{Replica: e.tail.replica, Instance: e.opts.Instance, Incarnation: s.incarnation, From: s.flusher.Next()}
+// tailPointer is the pointer of a shard whose pages this engine ships from at on.
+func (e *Engine) tailPointer(at tail.Position) *manifest.Tail {
+	return &manifest.Tail{Replica: e.tailReplica, Instance: e.opts.Instance, Incarnation: at.Incarnation, From: at.Sequence}
 }
 
 // readTail reads the records past the sealed watermark that the previous owner of
-// a shard shipped, as prev points at them: up to the end its release recorded, or
-// else up to a fence, which it puts first (see tail.Fence). It returns where the
-// records start (prev.Sealed) and the records, and whether it had to fence.
+// a shard shipped, as prev points at them (see tail.ReadHistory): up to the end
+// its release recorded, or else through the instance's chain, marking the shard
+// taken and fencing the live incarnation first. It returns the records from
+// prev.Sealed on, and whether it had to fence.
 func (e *Engine) readTail(ctx context.Context, prev manifest.Manifest) (recs [][]byte, fenced bool, err error) {
 	t := prev.Tail
 	if t == nil {
@@ -252,46 +172,38 @@ func (e *Engine) readTail(ctx context.Context, prev manifest.Manifest) (recs [][
 	if !ok {
 		return nil, false, fmt.Errorf("%w: shard %q: its tail is on replica %q, which this engine does not have", ErrTailMissing, prev.Shard, t.Replica)
 	}
-	until := t.Until
-	if (!prev.Released || until == 0) && !broken.Is(broken.SkipFence) {
-		seq, met, err := tail.Fence(ctx, spec.Bucket, t.Instance, t.Incarnation, t.From)
-		if err != nil {
-			return nil, false, fmt.Errorf("engine: shard %q: fence the tail of %s/%d: %w", prev.Shard, t.Instance, t.Incarnation, err)
-		}
-		e.metrics.fenceWritten(!met)
-		until, fenced = seq, true
+	p := *pointerOf(t)
+	released := prev.Released && t.Until != 0
+	if !released {
+		p.Until = tail.Position{} // an end recorded by an owner that did not release is not one
 	}
-	sections, err := tail.ReadShard(ctx, spec.Bucket, t.Instance, t.Incarnation, t.From, until, prev.Shard)
+	opts := tail.HistoryOptions{Take: !released && !broken.Is(broken.SkipFence)}
+	if t.Instance == e.opts.Instance {
+		// This instance's own tail, written by an earlier process (fenced and
+		// ended as this one's tail started) or by this one, which holds nothing of
+		// the shard under that epoch: read what the chain ended, mark nothing.
+		opts = tail.HistoryOptions{Below: e.tail.Incarnation()}
+	}
+	h, err := tail.ReadHistory(ctx, spec.Bucket, p, prev.Shard, prev.Epoch, prev.Sealed, opts)
+	if errors.Is(err, tail.ErrMissing) {
+		return nil, false, fmt.Errorf("%w: %w", ErrTailMissing, err)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("engine: shard %q: read the tail: %w", prev.Shard, err)
 	}
-	next := prev.Sealed
-	for _, s := range sections {
-		end := s.First + uint64(len(s.Records))
-		switch {
-		case s.Epoch != prev.Epoch || end <= next:
-			continue // another ownership's pages (a takeover that lost its race), or sealed
-		case s.First > next:
-			return nil, false, fmt.Errorf("%w: shard %q: the tail of %s/%d holds offsets from %d, the records from %d are not there",
-				ErrTailMissing, prev.Shard, t.Instance, t.Incarnation, s.First, next)
-		}
-		recs = append(recs, s.Records[next-s.First:]...)
-		next = end
+	if h.Fenced {
+		e.metrics.fenceWritten(h.Wrote)
 	}
-	return recs, fenced, nil
+	return h.Records, h.Fenced, nil
 }
 
-// shipBacklog gives the tail stream s the shard's pages from sealed on, under
-// epoch, and waits until they are shipped: the stream a manifest is pointed at
-// must hold everything past the sealed watermark. With hold, the shard's new
-// appends are not acknowledged until the caller resumes it (see wal.Log.Reship).
-func (e *Engine) shipBacklog(ctx context.Context, s *tailStream, id string, epoch, sealed uint64, hold bool) error {
-	last, err := e.log.Reship(id, epoch, sealed, s.flusher, hold)
-	if err != nil {
+// shipBacklog gives the tail the shard's pages from sealed on, under epoch, and
+// waits until they are shipped: the tail a manifest points at must hold
+// everything past the sealed watermark.
+func (e *Engine) shipBacklog(ctx context.Context, id string, epoch, sealed uint64) error {
+	last, err := e.log.Reship(id, epoch, sealed)
+	if err != nil || last == nil {
 		return err
-	}
-	if last == nil {
-		return nil
 	}
 	if err := last.Wait(ctx); err != nil {
 		return fmt.Errorf("engine: shard %q: ship the backlog: %w", id, err)

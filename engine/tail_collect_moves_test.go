@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 )
@@ -37,24 +35,14 @@ func streamKeys(t *testing.T, b *substrate.Bucket, instance string, inc uint64) 
 }
 
 // TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation: machine B,
-// whose clock says A's lease on x ran out, takes x over and fences A's tail
-// stream. A's next append to y meets the fence: A starts incarnation 2, and
-// moveShard reships y's backlog (its unsealed, acknowledged records) into
-// object 0 of the new stream under y's CURRENT epoch, then points y's manifest
-// there (PointTail), holding y's acknowledgements meanwhile. PointTail is slow
-// (a slow manifest write). Meanwhile an append to y, held at the gate, is
-// shipped as object 1. A's collector looks at incarnation 2: y's manifest still
-// points at incarnation 1, so needed() calls y's backlog section "superseded"
-// (t.Incarnation != inc) even though it is of the manifest's epoch and unsealed,
-// and the object is not the stream's last one: it deletes object 0. PointTail
-// then lands with From 0, the held append is acknowledged, and y retires with
-// its backlog in incarnation 2 [0, until). The next owner reads from the first
-// object still there (1) and finds y's records from the held append's offset,
-// the backlog gone.
-//
-// Expected: B opens y and reads every record A acknowledged at its offset.
-// Observed: B's open fails with ErrTailMissing: collection deleted the only
-// copy on the object store of y's acknowledged backlog.
+// whose clock says A's lease on x ran out, takes x over, marking it in A's chain
+// and fencing A's tail stream. A's next append to y meets the fence: A starts
+// its next incarnation in one chain write, which is slow, and puts the page
+// there once it lands. Meanwhile A's collector runs every 10 ms on objects 1 ms
+// old. y's manifest still points into the first incarnation: its objects there
+// past the pointer, and every object of the new one, are y's history, and
+// collection keeps them. y retires; B opens y and reads every record A
+// acknowledged, at its offset.
 func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T) {
 	ctx := context.Background()
 	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
@@ -78,29 +66,34 @@ func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T
 	if _, err := x.Seal(ctx, 1<<20); err != nil { // x has no backlog to move
 		t.Fatal(err)
 	}
-	old := eA.tail.cur.Load()
+	old := eA.tail.Incarnation()
 	if _, err := eB.OpenShard(ctx, "x"); err != nil { // fences A's stream
 		t.Fatal(err)
 	}
 
-	// y's manifest writes by A are slow: the move's PointTail takes a while.
-	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Key: "^shards/y/manifest$", Latency: 400 * time.Millisecond})
-	if _, err := y.Append(ctx, []byte("meets the fence")); !errors.Is(err, shard.ErrOutcomeUnknown) {
-		t.Fatalf("the append that met the fence: %v, want ErrOutcomeUnknown", err)
-	}
-	waitFor(t, 2*time.Second, "A's new incarnation", func() bool { return eA.tail.cur.Load() != old })
-	cur := eA.tail.cur.Load()
-	waitFor(t, 2*time.Second, "y's backlog in the new stream", func() bool {
-		return len(streamKeys(t, optsA.Bucket, eA.Instance(), cur.incarnation)) > 0
-	})
-	t.Logf("incarnation %d holds %q before the held append", cur.incarnation, streamKeys(t, optsA.Bucket, eA.Instance(), cur.incarnation))
-	held := recs("held", 4)
-	off, err := y.Append(ctx, held...) // held at the gate until PointTail lands
+	// A's chain writes are slow: its next incarnation starts late.
+	fa.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Key: "tail-chain$", Latency: 400 * time.Millisecond})
+	off0, err := y.Append(ctx, []byte("meets the fence"))
 	if err != nil {
-		t.Fatalf("the append held while y moved: %v", err)
+		t.Fatalf("the append that met the fence: %v", err)
 	}
+	if off0 != uint64(len(want)) {
+		t.Fatalf("the append that met the fence is at %d, want %d", off0, len(want))
+	}
+	want = append(want, []byte("meets the fence"))
+	if inc := eA.tail.Incarnation(); inc == old {
+		t.Fatalf("the append that met the fence was acknowledged in incarnation %d, which was fenced", inc)
+	}
+	cur := eA.tail.Incarnation()
+	t.Logf("incarnation %d holds %q", cur, streamKeys(t, optsA.Bucket, eA.Instance(), cur))
+	held := recs("held", 4)
+	off, err := y.Append(ctx, held...)
+	if err != nil {
+		t.Fatalf("an append in the new incarnation: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // collection passes over both incarnations
 	fa.SetRules()
-	t.Logf("incarnation %d holds %q after the move", cur.incarnation, streamKeys(t, optsA.Bucket, eA.Instance(), cur.incarnation))
+	t.Logf("incarnation %d holds %q after the move", cur, streamKeys(t, optsA.Bucket, eA.Instance(), cur))
 	if err := y.Retire(ctx); err != nil {
 		t.Fatal(err)
 	}

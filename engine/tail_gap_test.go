@@ -108,14 +108,13 @@ func sealPastAShippedPage(t *testing.T, mode Durability) *gapFixture {
 	for _, r := range fx.want {
 		sealedBytes += uint64(len(r))
 	}
-	if _, _, err := eA.log.WaitShipped(ctx, "s"); err != nil {
+	if _, _, err := eA.tail.Until(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
-	f := eA.tail.cur.Load().flusher
-	fx.n = f.Next()
+	fx.n = eA.tail.Next().Sequence
 
 	// The flusher stops after putting object n, before resolving its tickets.
-	hit, unblock := clkA.arm(func() bool { return f.Next() > fx.n })
+	hit, unblock := clkA.arm(func() bool { return eA.tail.Next().Sequence > fx.n })
 	defer unblock()
 	page89 := recs("r8", 2)
 	appended := make(chan error, 1)
@@ -230,7 +229,7 @@ func (fx *gapFixture) openOnB(t *testing.T, skip time.Duration) {
 //  5. CommitTail (manifest/lease.go:259) advances the pointer's From to n+1: the
 //     manifest now says sealed 8, records past it from object n+1 on.
 //  6. The flusher goes on; [10,11] and [12,13,14] ship in n+1 and later. Retire
-//     records Until past them (WaitShipped, ReleaseWithBacklog).
+//     records Until past them (Tail.Until, ReleaseWithBacklog).
 //  7. B opens s: readTail reads [n+1, Until), whose first section of s starts at
 //     10: ErrTailMissing, "holds offsets from 10, the records from 8 are not
 //     there". Records 8 and 9, acknowledged by A (in Remote mode, durable on the
@@ -257,7 +256,7 @@ func TestASealDoesNotMoveTheTailPointerPastAnObjectItsTicketsHaveNotHeardOf(t *t
 
 // TestASealPastAJustShippedPageLosesNoAcknowledgedRecord: the interleaving above
 // with [8,9] the last page A acknowledged. The next owner's read of the tail,
-// from the pointer (n+1) to Until after a Retire (WaitShipped: n+1), or to the
+// from the pointer (n+1) to Until after a Retire (Tail.Until: n+1), or to the
 // fence it puts after a lease that ran out (at n+1), holds no section of s at all,
 // which readTail takes for "nothing past the sealed watermark": B opens s at 8
 // without an error, and 8 and 9, acknowledged by A (in Remote mode: durable on the
@@ -277,7 +276,7 @@ func TestASealPastAJustShippedPageLosesNoAcknowledgedRecord(t *testing.T) {
 				} else {
 					// A keeps running but stops renewing as far as B can tell: B's
 					// clock passes A's lease and the skew margin, and B fences A's tail.
-					if _, _, err := fx.eA.log.WaitShipped(context.Background(), "s"); err != nil {
+					if _, _, err := fx.eA.tail.Until(context.Background(), "s"); err != nil {
 						t.Fatal(err)
 					}
 					var lease manifest.LeaseOptions

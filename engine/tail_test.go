@@ -286,7 +286,7 @@ func TestAReopenWithAnOlderIncarnationFileStartsAFreshStream(t *testing.T) {
 	if _, err := sh.Append(ctx, []byte("after the restore")); err != nil {
 		t.Fatalf("the first append after the restore: %v", err)
 	}
-	if inc := e.tail.cur.Load().incarnation; inc != 2 {
+	if inc := e.tail.Incarnation(); inc != 2 {
 		t.Fatalf("incarnation %d, want 2: past the stream the replica holds", inc)
 	}
 }

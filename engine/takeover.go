@@ -49,13 +49,6 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 			return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
 		}
 		e.metrics.tailTaken.Add(float64(taken))
-		if t := owner.Manifest().Tail; t != nil && t.Instance == e.opts.Instance && t.Incarnation == e.tail.cur.Load().incarnation {
-			// The takeover pointed the shard at the current stream: nothing of it
-			// waits for a move (a retire after a failed one, then this open).
-			e.tail.mu.Lock()
-			delete(e.tail.waiting, id)
-			e.tail.mu.Unlock()
-		}
 		if owner.Lapsed() {
 			// The takeover was found landed by reading back, which confirms no
 			// generation of the lease: confirm it now rather than at the next
@@ -71,6 +64,11 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 // takeOverOnce is one attempt of takeOver, and how many records it read from the
 // previous owner's tail; manifest.ErrMoved means start again.
 func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, opts manifest.LeaseOptions) (*manifest.Owner, int, error) {
+	// The tail's first incarnation is live in the chain (the previous process's
+	// fenced and ended) before anything of this instance's tail is read.
+	if _, err := e.tail.Position(ctx); err != nil {
+		return nil, 0, fmt.Errorf("engine: the tail: %w", err)
+	}
 	c, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 	if err != nil {
 		return nil, 0, err
@@ -127,12 +125,16 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		}
 		taken = len(recs)
 	}
-	stream := e.tail.cur.Load()
-	ptr := e.tailPointer(stream)
-	if err := e.shipBacklog(ctx, stream, id, epoch, prev.Sealed, false); err != nil {
+	// Pages given to the tail from now on are at or after at, in its
+	// incarnation then or a later one the chain lists.
+	at, err := e.tail.Position(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("engine: the tail: %w", err)
+	}
+	if err := e.shipBacklog(ctx, id, epoch, prev.Sealed); err != nil {
 		return nil, 0, err
 	}
-	o, err := manifest.Take(ctx, e.store, c, held, opts, ptr)
+	o, err := manifest.Take(ctx, e.store, c, held, opts, e.tailPointer(at))
 	if err != nil {
 		return nil, 0, e.takeoverFailed(id, c, err)
 	}

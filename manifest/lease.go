@@ -356,14 +356,15 @@ func (o *Owner) Commit(ctx context.Context, p Part) error {
 	return o.commit(ctx, p, func(*Tail) {})
 }
 
-// CommitTail is Commit that also advances the tail pointer to from, a sequence of
-// the owner's stream incarnation from which on its objects hold every record of
-// the shard past the part: if the pointer names that stream and from moves it
-// forward, so that a takeover reads fewer objects and collection keeps fewer.
+// CommitTail is Commit that also advances the tail pointer to (incarnation,
+// from), a position in the owner's tail from which on its objects hold every
+// record of the shard past the part, if the pointer names the owner's tail and
+// that moves it forward: a takeover then reads fewer objects, and collection
+// keeps fewer.
 func (o *Owner) CommitTail(ctx context.Context, p Part, incarnation, from uint64) error {
 	return o.commit(ctx, p, func(t *Tail) {
-		if t != nil && t.Instance == o.instance && t.Incarnation == incarnation && from > t.From {
-			t.From = from
+		if t != nil && t.Instance == o.instance && before(t.Incarnation, t.From, incarnation, from) {
+			t.Incarnation, t.From = incarnation, from
 		}
 	})
 }
@@ -442,27 +443,17 @@ type replicaAdd struct {
 // our own can cause a conflict without fencing us, so more than a few is a bug.
 const maxConflicts = 8
 
-// PointTail points the manifest at the tail stream that holds the owner's records
-// past the sealed watermark from now on.
-func (o *Owner) PointTail(ctx context.Context, t Tail) error {
-	return o.update(ctx, func(m *Manifest) error {
-		m.Tail = &t
-		return nil
-	})
-}
-
 // Release gives the shard up, so the next Acquire takes over at once. Every later
 // call fails with ErrReleased.
 func (o *Owner) Release(ctx context.Context) error { return o.release(ctx, false, 0, 0) }
 
 // ReleaseWithBacklog is Release by an owner that leaves records past the sealed
-// watermark in its WAL, and shipped them in its tail stream's incarnation, in the
-// objects before sequence until; the manifest says so (Backlog, Tail.Until), so that
-// no copy takes the released history for one that lost nothing, and the next owner
-// reads the tail to its end without fencing it. An until of another incarnation
-// than the manifest's pointer names (the pointer was not moved to the stream the
-// pages went to) is not recorded: the next owner fences the stream the pointer
-// names and reads it to the fence, which holds every acknowledged record.
+// watermark in its WAL, and shipped them in its tail, in the objects before
+// sequence until of incarnation; the manifest says so (Backlog, Tail.Until), so
+// that no copy takes the released history for one that lost nothing, and the
+// next owner reads the tail to there without fencing it. An end before the
+// pointer's start, or in another instance's tail, is not recorded: the next
+// owner then fences the tail and reads it to the fence.
 func (o *Owner) ReleaseWithBacklog(ctx context.Context, incarnation, until uint64) error {
 	return o.release(ctx, true, incarnation, until)
 }
@@ -470,11 +461,14 @@ func (o *Owner) ReleaseWithBacklog(ctx context.Context, incarnation, until uint6
 func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until uint64) error {
 	err := o.update(ctx, func(m *Manifest) error {
 		m.Released, m.Backlog, m.LeaseExpiry = true, backlog, time.Time{}
-		switch {
+		switch t := m.Tail; {
 		case !backlog:
 			m.Tail = nil // everything is sealed: no tail to read
-		case m.Tail != nil && m.Tail.Instance == o.instance && m.Tail.Incarnation == incarnation:
-			m.Tail.Until = until
+		case t != nil && t.Instance == o.instance && until > 0 && !before(incarnation, until, t.Incarnation, t.From):
+			t.Until, t.UntilIncarnation = until, 0
+			if incarnation != t.Incarnation {
+				t.UntilIncarnation = incarnation
+			}
 		}
 		return nil
 	})
@@ -482,6 +476,13 @@ func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until ui
 		o.stop(fmt.Errorf("manifest %s: %w", o.published.Load().Shard, ErrReleased))
 	}
 	return err
+}
+
+// Fence stops the owner, as a takeover elsewhere does: every later call fails
+// with ErrFenced. The owner's tail learned that another instance took the
+// shard over at this epoch.
+func (o *Owner) Fence(why string) {
+	o.stop(fmt.Errorf("manifest %s: %w: %s", o.published.Load().Shard, ErrFenced, why))
 }
 
 // update applies change to the manifest and publishes it by compare-and-swap; a

@@ -114,17 +114,26 @@ type Manifest struct {
 	Tail *Tail `json:"tail,omitempty"`
 }
 
-// Tail is where a shard's unsealed records are on the object store: the objects of
-// the owner's tail stream (instance, incarnation) on the replica named Replica, from
-// sequence From on, in their sections of the shard under the manifest's epoch. Until, when not zero, is the
-// end of what the owner shipped of the shard, recorded as it released the lease:
-// a reader stops there, where otherwise it fences the stream first.
+// Tail is where a shard's unsealed records are on the object store: in the tail of
+// the owner's instance on the replica named Replica, from sequence From of its
+// stream's incarnation Incarnation on, and through every later incarnation the
+// instance's chain lists, in their sections of the shard under the manifest's
+// epoch. Until, when not zero, is where the owner's records end, recorded as it
+// released the lease — sequence Until of incarnation UntilIncarnation (zero: of
+// Incarnation): a reader stops there, where otherwise it marks the shard taken
+// in the chain and fences the live incarnation first.
 type Tail struct {
-	Replica     string `json:"replica"`
-	Instance    string `json:"instance"`
-	Incarnation uint64 `json:"incarnation"`
-	From        uint64 `json:"from"`
-	Until       uint64 `json:"until,omitempty"`
+	Replica          string `json:"replica"`
+	Instance         string `json:"instance"`
+	Incarnation      uint64 `json:"incarnation"`
+	From             uint64 `json:"from"`
+	Until            uint64 `json:"until,omitempty"`
+	UntilIncarnation uint64 `json:"until_incarnation,omitempty"`
+}
+
+// before reports whether (incarnation, seq) comes before (oi, os) in a tail.
+func before(incarnation, seq, oi, os uint64) bool {
+	return incarnation < oi || (incarnation == oi && seq < os)
 }
 
 // Fork is the manifest of another authority's history that a takeover started

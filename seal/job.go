@@ -49,6 +49,20 @@ type Job struct {
 	// later seal of the shard settles them; without it, such a part's file goes
 	// and its copies are left to a backfill.
 	Doubts *Doubts
+	// Tail, if set, is where the shard's pages are shipped: a commit moves the
+	// manifest's tail pointer to where the pages past the part start, and the
+	// truncation tells it which pages are sealed.
+	Tail Tail
+}
+
+// Tail is what a seal asks of the tail the shard's pages are shipped to.
+type Tail interface {
+	// From returns a position at or before every object of the tail that holds a
+	// page of the shard with offsets from offset on (a sequence of an
+	// incarnation); ok is false if none is known.
+	From(shard string, offset uint64) (incarnation, sequence uint64, ok bool)
+	// Sealed says that the shard's pages below floor are sealed.
+	Sealed(shard string, floor uint64)
 }
 
 // Committed is a part a seal committed, and its local file ("" for a part
@@ -127,9 +141,11 @@ func (j Job) run(ctx context.Context, budget uint64) (Result, error) {
 		SealedAt: j.Clock.Now().UTC(), Epoch: j.Epoch, Replicas: []string{j.Replica},
 	}
 	commit := func() error { return j.Owner.Commit(ctx, p) }
-	if inc, from, ok := j.Log.TailFrom(j.Shard, p.Next()); ok {
-		// Every record past the part is in the tail from there on.
-		commit = func() error { return j.Owner.CommitTail(ctx, p, inc, from) }
+	if j.Tail != nil {
+		if inc, from, ok := j.Tail.From(j.Shard, p.Next()); ok {
+			// Every record past the part is in the tail from there on.
+			commit = func() error { return j.Owner.CommitTail(ctx, p, inc, from) }
+		}
 	}
 	if err := commit(); err != nil {
 		switch {
@@ -189,6 +205,9 @@ func (j Job) settle(ctx context.Context) ([]Committed, error) {
 func (j Job) truncate(next uint64) error {
 	if err := j.Log.TruncateThrough(j.Shard, j.Epoch, next); err != nil {
 		return fmt.Errorf("seal %s: truncate the WAL through %d: %w", j.Shard, next, err)
+	}
+	if j.Tail != nil {
+		j.Tail.Sealed(j.Shard, next)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func (s *Shard) job() seal.Job {
 		// A part no other replica needs a copy of needs no local file to copy it from.
 		Direct: s.cfg.Replicas.Len() == 1 && first.Bucket.Streams(),
 		Dir:    s.cfg.PartsDir, FS: s.cfg.FS, BlockSize: s.cfg.BlockSize, Encoder: s.cfg.Encoder, Clock: s.cfg.Clock,
-		Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts,
+		Counters: s.cfg.Sealer.Counters(), Doubts: &s.doubts, Tail: s.cfg.Tail,
 	}
 }
 

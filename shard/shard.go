@@ -82,6 +82,18 @@ type Config struct {
 	// Events are the engine's listeners; the shard tells AppendEnded of its
 	// appends and ShardClosed of its close, both required.
 	Events event.Listener
+	// Tail, if set, is where the shard's pages are shipped (see seal.Tail, and
+	// ReleaseLeaving for Until).
+	Tail Tail
+}
+
+// Tail is what a shard asks of the tail its pages are shipped to.
+type Tail interface {
+	seal.Tail
+	// Until waits until every page of the shard given to the tail is shipped,
+	// and returns a position past every object that holds one; ok is false if
+	// the shard gave the tail nothing.
+	Until(ctx context.Context, shard string) (incarnation, sequence uint64, ok bool, err error)
 }
 
 // Shard is one open shard. It is safe for concurrent use.
@@ -295,20 +307,23 @@ func (s *Shard) leave(ctx context.Context) error {
 			s.waitUploads(ctx)
 		}
 	}
-	return ReleaseLeaving(ctx, s.cfg.Log, s.cfg.Owner, s.id)
+	return ReleaseLeaving(ctx, s.cfg.Log, s.cfg.Tail, s.cfg.Owner, s.id)
 }
 
 // ReleaseLeaving gives o's lease on shard id back without sealing. With pages in
-// the log, it first waits for them to be shipped, and records that there is a
-// backlog and where it ends in the tail, for the next owner; if they cannot be
-// shipped the lease is kept (it runs out, and the next owner fences the tail).
-func ReleaseLeaving(ctx context.Context, log *wal.Log, o *manifest.Owner, id string) error {
+// the log, it first waits for them to be shipped in tail, and records that there
+// is a backlog and where it ends in the tail, for the next owner; if they cannot
+// be shipped the lease is kept (it runs out, and the next owner fences the tail).
+func ReleaseLeaving(ctx context.Context, log *wal.Log, tail Tail, o *manifest.Owner, id string) error {
 	if log.Info(id).Pages == 0 {
 		return o.Release(ctx)
 	}
-	inc, until, err := log.WaitShipped(ctx, id)
-	if err != nil {
-		return fmt.Errorf("the tail was not shipped, so the lease is kept: %w", err)
+	var inc, until uint64
+	if tail != nil {
+		var err error
+		if inc, until, _, err = tail.Until(ctx, id); err != nil {
+			return fmt.Errorf("the tail was not shipped, so the lease is kept: %w", err)
+		}
 	}
 	return o.ReleaseWithBacklog(ctx, inc, until)
 }

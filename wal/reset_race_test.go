@@ -4,35 +4,28 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/l0store/l0/internal/tail"
-	"github.com/l0store/l0/substrate/mem"
-	"github.com/l0store/l0/substrate/substratetest"
 )
 
 // heldAppendThenReset sets up a shard whose append is synced and held back from
-// its acknowledgement (a Reship gate, Remote mode), while the shard's new owner
+// its acknowledgement (its shipment held, Remote mode), while the shard's new owner
 // resets it below that append's end (SetEpoch, Adopt without keep). It returns
 // the log, with the append acknowledged after the reset.
-func heldAppendThenReset(t *testing.T, dir string, opts Options) (*Log, func()) {
+func heldAppendThenReset(t *testing.T, dir string, opts Options) (*Log, *testSink) {
 	t.Helper()
 	ctx := context.Background()
 	l := open(t, dir, opts)
-	f := tail.NewFlusher(tail.NewStream(substratetest.NewBucket(t, "b", mem.New()), "i", 1, 0, "w"),
-		tail.FlushOptions{Interval: time.Millisecond})
-	l.ShipTo(f, ShipOptions{Remote: true})
+	sink := &testSink{}
+	l.ShipTo(sink, ShipOptions{Remote: true})
 	if err := l.SetEpoch("s", 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Append(ctx, "s", 1, recs("a", 3)); err != nil {
 		t.Fatal(err)
 	}
-	// A tail move that holds acknowledgements until the manifest points at f.
-	if _, err := l.Reship("s", 1, 3, f, true); err != nil {
-		t.Fatal(err)
-	}
+	// The sink holds the next page's shipment.
+	sink.hold()
 	appended := make(chan error, 1)
 	go func() {
 		_, err := l.Append(ctx, "s", 1, recs("held", 4)) // offsets 3..6
@@ -47,12 +40,12 @@ func heldAppendThenReset(t *testing.T, dir string, opts Options) (*Log, func()) 
 	if _, err := l.Adopt("s", 2, 3, false); err != nil {
 		t.Fatal(err)
 	}
-	// The gate opens: the old owner's append is acknowledged (stranded).
-	l.Resume("s", nil)
+	// The shipment is done: the old owner's append is acknowledged (stranded).
+	sink.release()
 	if err := <-appended; err != nil {
 		t.Logf("held append: %v", err)
 	}
-	return l, func() { f.Close(ctx) }
+	return l, sink
 }
 
 // TestAResetRacingAHeldAppendKeepsAckedWithinTheShard: an append that synced
@@ -62,8 +55,7 @@ func heldAppendThenReset(t *testing.T, dir string, opts Options) (*Log, func()) 
 //
 // Expected: acked never exceeds the shard's next offset.
 func TestAResetRacingAHeldAppendKeepsAckedWithinTheShard(t *testing.T) {
-	l, stop := heldAppendThenReset(t, t.TempDir(), Options{})
-	defer stop()
+	l, _ := heldAppendThenReset(t, t.TempDir(), Options{})
 	defer l.Close()
 	st := l.state("s")
 	if acked, next := st.acked.Load(), l.Info("s").Next; acked > next {
@@ -76,8 +68,7 @@ func TestAResetRacingAHeldAppendKeepsAckedWithinTheShard(t *testing.T) {
 // holds nothing past 3; the next Open reports corruption for a log nothing damaged.
 func TestAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
 	dir := t.TempDir()
-	l, stop := heldAppendThenReset(t, dir, Options{})
-	defer stop()
+	l, _ := heldAppendThenReset(t, dir, Options{})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +87,8 @@ func TestAResetRacingAHeldAppendReopensCleanly(t *testing.T) {
 func TestAResetRacingAHeldAppendNeverYieldsAnUnsyncedPage(t *testing.T) {
 	var gate syncGate
 	dir := t.TempDir()
-	l, stop := heldAppendThenReset(t, dir, Options{FS: syncFS{FS: vfs.Default, onSync: gate.wait}})
-	defer stop()
+	l, _ := heldAppendThenReset(t, dir, Options{FS: syncFS{FS: vfs.Default, onSync: gate.wait}})
 	defer l.Close()
-	l.Resume("s", nil)
 	release := gate.hold()
 	defer release()
 	appended := make(chan error, 1)

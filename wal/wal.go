@@ -20,7 +20,6 @@ import (
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/internal/fsutil"
-	"github.com/l0store/l0/internal/tail"
 )
 
 // Options configure a Log.
@@ -106,9 +105,9 @@ type Log struct {
 	// failed is set when a write or sync failed: from then on the in-memory
 	// offsets may be ahead of the disk, so the Log refuses everything.
 	failed atomic.Pointer[error]
-	// tail is the flusher new shards ship their pages to (see ShipTo), and ship
-	// how appends wait for it.
-	tail atomic.Pointer[tail.Flusher]
+	// sink takes every page appended (see ShipTo), and ship says how appends
+	// wait for it. Set before the first append.
+	sink Sink
 	ship ShipOptions
 }
 
@@ -124,17 +123,6 @@ type shardState struct {
 		payload uint64    // record bytes in the shard's pages
 		epoch   uint64    // the owner epoch appends and truncations must carry
 		resets  uint64    // counts the resets that dropped every page
-		// tail is the flusher the shard's pages go to, shipping the ticket of the
-		// last page given to it. While gate is set, pages given to tail are not
-		// acknowledged until it opens (see Reship). shipErr, once set, refuses
-		// every append: the shard's pages can no longer be shipped.
-		tail     *tail.Flusher
-		shipping *tail.Ticket
-		gate     *gate
-		shipErr  error
-		// given are the shard's pages given to tail since the floor, in offset
-		// order (see TailFrom).
-		given []givenPage
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
 	// their sync. floorMark is mu.floor once that is durable, epochMark mu.epoch, and
@@ -157,17 +145,6 @@ func (st *shardState) oldestLocked() time.Time {
 func (st *shardState) setFloorLocked(floor uint64) {
 	st.mu.floor = floor
 	st.floorMark.Store(floor)
-	st.forgetGivenLocked(floor)
-}
-
-// forgetGivenLocked drops the given pages below floor: sealed, so no TailFrom asks
-// for them.
-func (st *shardState) forgetGivenLocked(floor uint64) {
-	i := 0
-	for i < len(st.mu.given) && st.mu.given[i].first < floor {
-		i++
-	}
-	st.mu.given = st.mu.given[i:]
 }
 
 // cutLocked drops the shard's pages before offset next, a page boundary, and raises
@@ -181,7 +158,6 @@ func (st *shardState) cutLocked(next uint64) []pageRef {
 		st.mu.payload -= p.payload
 	}
 	st.mu.floor = next
-	st.forgetGivenLocked(next)
 	return cut
 }
 
@@ -293,7 +269,6 @@ func (l *Log) stateLocked(shard string) *shardState {
 	st, ok := l.mu.shards[shard]
 	if !ok {
 		st = &shardState{}
-		st.mu.tail = l.tail.Load()
 		l.mu.shards[shard] = st
 	}
 	return st
@@ -353,7 +328,7 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	}
 	defer l.exit()
 	st := l.state(shard)
-	if err := l.waitRoom(ctx, st); err != nil {
+	if err := l.waitRoom(ctx); err != nil {
 		return 0, err
 	}
 	// Under the shard's lock: take the offsets and add the page to the filling
@@ -368,10 +343,6 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		st.mu.Unlock()
 		return 0, fmt.Errorf("wal: shard %q: epoch %d, the shard's is %d: %w", shard, epoch, cur, ErrStaleEpoch)
 	}
-	if err := st.mu.shipErr; err != nil {
-		st.mu.Unlock()
-		return 0, fmt.Errorf("wal: shard %q: %w", shard, err)
-	}
 	first := st.mu.next
 	if broken.Is(broken.ReuseOffset) && first > 0 && len(st.mu.pages)%5 == 4 {
 		first--
@@ -384,16 +355,11 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		st.mu.Unlock()
 		return 0, l.fail("append", err)
 	}
-	var (
-		ship *tail.Ticket
-		g    *gate
-	)
-	if f := st.mu.tail; f != nil {
-		// Given under the lock, so that the tail gets the shard's pages in offset
+	var ship Shipment
+	if l.sink != nil {
+		// Taken under the lock, so that the sink gets the shard's pages in offset
 		// order; shipped while the fsync runs.
-		ship, g = f.Add(shard, epoch, first, recs), st.mu.gate
-		st.mu.shipping = ship
-		st.mu.given = append(st.mu.given, givenPage{first, ship})
+		ship = l.sink.Take(shard, epoch, first, recs)
 	}
 	st.mu.pages = append(st.mu.pages, ref)
 	st.mu.next = first + uint64(len(recs))
@@ -410,9 +376,6 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 		// that fails to ship stays in the log, unacknowledged, like one whose
 		// reply a crash lost.
 		if err := ship.Wait(ctx); err != nil {
-			return 0, fmt.Errorf("wal: ship: %w: %w", ErrUnknownOutcome, err)
-		}
-		if err := g.wait(ctx); err != nil {
 			return 0, fmt.Errorf("wal: ship: %w: %w", ErrUnknownOutcome, err)
 		}
 	}

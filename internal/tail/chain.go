@@ -264,6 +264,61 @@ func readChain(ctx context.Context, b *substrate.Bucket, instance string) (Chain
 // It returns the chain as written: its marks name the shards taken over from
 // the instance, whose handles the caller must fence.
 func Reincarnate(ctx context.Context, b *substrate.Bucket, instance string, live, end, next uint64) (Chain, error) {
+	return reincarnate(ctx, b, instance, live, end, next, false)
+}
+
+// Restart is Reincarnate by a new process of the instance, which holds no
+// ownership of the one before: the marks go, since that process's ownerships
+// are over (every shard it held is opened again, at a new epoch). The marks
+// the write dropped are not returned.
+func Restart(ctx context.Context, b *substrate.Bucket, instance string, live, end, next uint64) (Chain, error) {
+	return reincarnate(ctx, b, instance, live, end, next, true)
+}
+
+// Begin makes next the live incarnation of a chain with none live (none yet, or
+// every one ended), past every listed one, and drops the marks, as Restart does.
+// A chain whose live incarnation is next already is returned as it is.
+func Begin(ctx context.Context, b *substrate.Bucket, instance string, next uint64) (Chain, error) {
+	done := func(c Chain) bool {
+		l, ok := c.Live()
+		return ok && l.N == next
+	}
+	apply := func(c Chain) (Chain, error) {
+		if l, ok := c.Live(); ok {
+			return Chain{}, &IncarnationError{Instance: instance, Reason: fmt.Sprintf("incarnation %d is live", l.N)}
+		}
+		if n := len(c.Incarnations); n > 0 && c.Incarnations[n-1].N >= next {
+			return Chain{}, &IncarnationError{Instance: instance, Reason: fmt.Sprintf("next incarnation %d not past %d", next, c.Incarnations[n-1].N)}
+		}
+		c.Incarnations = append(c.Incarnations, Incarnation{N: next})
+		c.Marks = nil
+		return c, nil
+	}
+	return updateChain(ctx, b, instance, done, apply)
+}
+
+// End ends incarnation live at end, the sequence after its last object, with no
+// incarnation after it: a process that closed cleanly, having shipped
+// everything. A reader then stops there without fencing, and the next process
+// begins without fencing it. A chain whose live incarnation is another one is
+// left as it is (*IncarnationError).
+func End(ctx context.Context, b *substrate.Bucket, instance string, live, end uint64) (Chain, error) {
+	done := func(c Chain) bool {
+		i, ok := c.find(live)
+		return ok && c.Incarnations[i].Ended && c.Incarnations[i].End == end
+	}
+	apply := func(c Chain) (Chain, error) {
+		l, ok := c.Live()
+		if !ok || l.N != live {
+			return Chain{}, &IncarnationError{Instance: instance, Reason: fmt.Sprintf("incarnation %d is not live", live)}
+		}
+		c.Incarnations[len(c.Incarnations)-1] = Incarnation{N: live, End: end, Ended: true}
+		return c, nil
+	}
+	return updateChain(ctx, b, instance, done, apply)
+}
+
+func reincarnate(ctx context.Context, b *substrate.Bucket, instance string, live, end, next uint64, fresh bool) (Chain, error) {
 	done := func(c Chain) bool {
 		i, ok := c.find(live)
 		return ok && c.Incarnations[i].Ended && c.Incarnations[i].End == end &&
@@ -272,6 +327,9 @@ func Reincarnate(ctx context.Context, b *substrate.Bucket, instance string, live
 	apply := func(c Chain) (Chain, error) {
 		refuse := func(format string, args ...any) (Chain, error) {
 			return Chain{}, &IncarnationError{Instance: instance, Reason: fmt.Sprintf(format, args...)}
+		}
+		if fresh {
+			c.Marks = nil
 		}
 		if next <= live {
 			return refuse("next incarnation %d not past %d", next, live)

@@ -2,10 +2,12 @@ package tail
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/substrate"
@@ -133,4 +135,125 @@ func keepObject(ctx context.Context, b *substrate.Bucket, o Stored, incarnation 
 		}
 	}
 	return false, nil
+}
+
+// View is what collection needs to know of a shard's manifest.
+type View struct {
+	Epoch, Sealed uint64
+	// Pointer is the manifest's tail pointer; nil without one.
+	Pointer *Pointer
+}
+
+// CollectOptions make a Tail delete, every Every, the objects of its instance's
+// streams that no shard needs any more.
+type CollectOptions struct {
+	// Every is the time between passes; zero collects nothing.
+	Every time.Duration
+	// After is how long an object must have been seen before it goes: a reader
+	// that listed it may still be reading it.
+	After time.Duration
+	// View returns what the shard's manifest says now.
+	View func(ctx context.Context, shard string) (View, error)
+	// Collected is told how many objects each pass deleted.
+	Collected func(n int)
+}
+
+// collectPassBound is the least time a collection pass may take before it is cut.
+const collectPassBound = 30 * time.Second
+
+// collect runs a pass every opts.Collect.Every until the tail closes.
+func (t *Tail) collect(stop <-chan struct{}) {
+	co := t.opts.Collect
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.opts.Flush.Clock.After(co.Every):
+		}
+		// A pass may take longer than the interval (the next starts later); a
+		// bound as tight as a test's interval cut deletes short after they
+		// landed, uncounted.
+		ctx, cancel := context.WithTimeout(t.collectCtx, max(co.Every, collectPassBound))
+		if _, err := t.CollectOnce(ctx); err != nil && ctx.Err() == nil {
+			t.opts.Logger.Warn("tail: collection", "err", err)
+		}
+		cancel()
+	}
+}
+
+// CollectOnce is one pass of collection over every incarnation of the instance's
+// stream: each loses the objects at its start that hold no section a shard needs
+// (see Collect). A section is needed while it is unsealed and its shard's
+// manifest points at it — at or past the pointer, in its incarnation or a later
+// one, and before the end a release recorded — under the manifest's epoch; or
+// while it is of a later epoch than the manifest's (a takeover that shipped its
+// backlog and has not published yet). It returns how many objects it deleted.
+func (t *Tail) CollectOnce(ctx context.Context) (int, error) {
+	b, inst := t.opts.Bucket, t.opts.Instance
+	streams, err := Streams(ctx, b, inst)
+	if err != nil {
+		return 0, err
+	}
+	views := map[string]View{}
+	viewOf := func(shard string) (View, error) {
+		if v, ok := views[shard]; ok {
+			return v, nil
+		}
+		v, err := t.opts.Collect.View(ctx, shard)
+		if err != nil {
+			return View{}, err
+		}
+		views[shard] = v
+		return v, nil
+	}
+	now := t.opts.Flush.Clock.Now()
+	seen := map[string]time.Time{} // this pass's: the keys it looked at
+	t.mu.Lock()
+	before := t.mu.seen
+	t.mu.Unlock()
+	old := func(key string) bool {
+		first, ok := before[key]
+		if !ok {
+			first = now
+		}
+		seen[key] = first
+		return now.Sub(first) >= t.opts.Collect.After
+	}
+	live := t.Incarnation()
+	total := 0
+	var errs []error
+	for _, st := range streams {
+		inc := st.Incarnation
+		needed := func(seq uint64, e Entry) (bool, error) {
+			v, err := viewOf(e.Shard)
+			if err != nil {
+				return true, err
+			}
+			if e.Epoch > v.Epoch {
+				return true, nil
+			}
+			p, at := v.Pointer, Position{Incarnation: inc, Sequence: seq}
+			switch {
+			case p == nil || p.Instance != inst || at.Before(p.From):
+				return false, nil // superseded: no reader of the shard looks here
+			case p.Until != (Position{}) && !at.Before(p.Until):
+				return false, nil
+			}
+			return e.Epoch == v.Epoch && e.Next > v.Sealed, nil
+		}
+		n, err := Collect(ctx, b, st, inc == live, old, needed)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tail: collect incarnation %d: %w", inc, err))
+		}
+	}
+	// The keys this pass did not look at were deleted, or lie past an object it
+	// kept; the latter are seen anew, later, which only delays them.
+	t.mu.Lock()
+	t.mu.seen = seen
+	t.mu.Unlock()
+	if t.opts.Collect.Collected != nil {
+		t.opts.Collect.Collected(total)
+	}
+	return total, errors.Join(errs...)
 }

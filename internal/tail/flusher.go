@@ -3,6 +3,7 @@ package tail
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,31 @@ type FlushOptions struct {
 	// Shipped, if set, is told of each object shipped, from the flusher's own
 	// goroutine: it must not block.
 	Shipped func(ShipInfo)
+	// Next, if set, gives the flusher a stream when it has none (fenced is nil:
+	// the first, before the first put) and when its stream is fenced (fenced is
+	// that stream), and reports which shards' pages, by shard and epoch, must not
+	// be shipped in it: their pages fail with ErrFenced, now and whenever given.
+	// The flusher's pages not shipped in the fenced stream go in the new one, and
+	// its tickets resolve there. Next runs on the flusher's goroutine and retries
+	// as it sees fit: an error stops the flusher, failing every page with it.
+	// Without Next a fence stops the flusher.
+	Next func(ctx context.Context, fenced *Stream) (*Stream, Taken, error)
+}
+
+// Taken reports whether the pages of shard under epoch were taken over by another
+// owner: none of them may be shipped from then on. A nil Taken takes nothing.
+type Taken func(shard string, epoch uint64) bool
+
+// Position is a place in an instance's tail: a sequence of one incarnation's
+// stream. Positions order by incarnation, then sequence; a reader that starts at
+// one reads the rest of its incarnation and every later one.
+type Position struct {
+	Incarnation, Sequence uint64
+}
+
+// Before reports whether p comes before q.
+func (p Position) Before(q Position) bool {
+	return p.Incarnation < q.Incarnation || (p.Incarnation == q.Incarnation && p.Sequence < q.Sequence)
 }
 
 // ShipInfo is one object shipped.
@@ -64,22 +90,30 @@ type FlushStats struct {
 
 // Ticket is a page given to a flusher: Wait returns once it is shipped.
 type Ticket struct {
-	done chan struct{}
-	err  error
-	seq  uint64 // of the object that holds the page, once shipped
+	done  chan struct{}
+	err   error
+	shard string
+	epoch uint64
+	at    Position // of the object that holds the page, once shipped
 	// given is when the page was given.
 	given time.Time
 }
 
 // State reports, without waiting, whether the page's shipment ended, and how: the
 // sequence of the object that holds it, or the error.
-func (t *Ticket) State() (seq uint64, done bool, err error) {
+func (t *Ticket) State() (at Position, done bool, err error) {
 	select {
 	case <-t.done:
-		return t.seq, true, t.err
+		return t.at, true, t.err
 	default:
-		return 0, false, nil
+		return Position{}, false, nil
 	}
+}
+
+// fail resolves t with err.
+func (t *Ticket) fail(err error) {
+	t.err = err
+	close(t.done)
 }
 
 // Wait returns nil once the page is in a durable tail object, with every page given
@@ -108,16 +142,15 @@ type batch struct {
 // passed since the previous one started, or at once past Bytes. An idle flusher
 // writes nothing. Pages of a shard must be given in offset order, contiguous.
 type Flusher struct {
-	stream *Stream
-	opts   FlushOptions
-	wake   chan struct{}
-	done   chan struct{}
-	// next is the sequence of the next object put, or of the one in flight: every
-	// page given from now on goes in an object at or after it.
-	nextSeq atomic.Uint64
+	stream  *Stream // the loop's alone; nil until the first (see FlushOptions.Next)
+	opts    FlushOptions
+	wake    chan struct{}
+	done    chan struct{}
+	started chan struct{} // closed once the flusher has a stream
 	// ctx ends when Close gives up waiting: the put in flight is abandoned.
 	ctx    context.Context
 	cancel context.CancelFunc
+	nextAt atomic.Pointer[Position] // mu.next, set with it
 
 	mu struct {
 		sync.Mutex
@@ -129,14 +162,22 @@ type Flusher struct {
 		shipped chan struct{}
 		// gathering counts the Gather calls not done: no flush starts meanwhile.
 		gathering int
+		// next is the position of the next object put, or of the one in flight:
+		// every page given from now on goes in an object at or after it. The
+		// atomic next outside mu is a copy, for Next.
+		next  Position
+		taken Taken
 	}
 }
 
-// NewFlusher starts a flusher on stream.
+// NewFlusher starts a flusher on stream; with a nil stream, on the one
+// opts.Next gives it before its first put.
 func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
 	opts.ensureDefaults()
-	f := &Flusher{stream: stream, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	f.nextSeq.Store(stream.Next())
+	f := &Flusher{opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{}), started: make(chan struct{})}
+	if stream != nil {
+		f.setStreamLocked(stream, nil)
+	}
 	f.mu.shipped = make(chan struct{})
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.loop()
@@ -149,17 +190,19 @@ func NewFlusher(stream *Stream, opts FlushOptions) *Flusher {
 // per shard. A page no object can hold (see Encode) fails its ticket with
 // ErrInvalid at once, and nothing else.
 func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket {
-	t := &Ticket{done: make(chan struct{}), given: f.opts.Clock.Now()}
+	t := &Ticket{done: make(chan struct{}), shard: shard, epoch: epoch, given: f.opts.Clock.Now()}
 	if err := checkPage(shard, first, recs); err != nil {
-		t.err = err
-		close(t.done)
+		t.fail(err)
 		return t
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.err != nil {
-		t.err = f.mu.err
-		close(t.done)
+		t.fail(f.mu.err)
+		return t
+	}
+	if f.mu.taken != nil && f.mu.taken(shard, epoch) {
+		t.fail(takenError(shard, epoch))
 		return t
 	}
 	b := f.current()
@@ -257,29 +300,105 @@ func (f *Flusher) Stats() FlushStats {
 	return st
 }
 
-// Incarnation is the incarnation of the flusher's stream.
-func (f *Flusher) Incarnation() uint64 { return f.stream.Incarnation() }
+// takenError is the error of a page of a shard taken over.
+func takenError(shard string, epoch uint64) error {
+	return fmt.Errorf("%w: shard %q was taken over at epoch %d", ErrFenced, shard, epoch)
+}
 
-// Next is a sequence at or below that of every object holding a page given from
-// now on: the sequence of the object in flight, or else of the next one.
-func (f *Flusher) Next() uint64 { return f.nextSeq.Load() }
+// Started is closed once the flusher has a stream: from then on Next is a
+// position of it.
+func (f *Flusher) Started() <-chan struct{} { return f.started }
 
-// Bound returns a sequence at or below that of the object that holds, or will
+// Next is a position at or before that of every object holding a page given from
+// now on: the object in flight, or else the next one. Before the flusher has a
+// stream (see Started), it is the zero Position.
+func (f *Flusher) Next() Position {
+	if p := f.nextAt.Load(); p != nil {
+		return *p
+	}
+	return Position{}
+}
+
+// setNextLocked sets the position of the next object, f.mu held.
+func (f *Flusher) setNextLocked(p Position) {
+	f.mu.next = p
+	f.nextAt.Store(&p)
+}
+
+// Bound returns a position at or before that of the object that holds, or will
 // hold, t's page, a page given to f: that object's once shipped, or else f's Next.
 // ok is false if the page's shipment failed. The two are read under f.mu, which
 // ship holds from moving Next past the object it put to resolving that object's
 // tickets: read apart, a page just put looked unshipped beside a Next already past
 // its object.
-func (f *Flusher) Bound(t *Ticket) (seq uint64, ok bool) {
+func (f *Flusher) Bound(t *Ticket) (at Position, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch s, done, err := t.State(); {
+	switch p, done, err := t.State(); {
 	case done && err != nil:
-		return 0, false
+		return Position{}, false
 	case done:
-		return s, true
+		return p, true
 	}
-	return f.nextSeq.Load(), true
+	return f.mu.next, true
+}
+
+// setStreamLocked makes s the flusher's stream, and taken what it refuses, f.mu
+// held (or f not yet shared).
+func (f *Flusher) setStreamLocked(s *Stream, taken Taken) {
+	f.stream = s
+	f.setNextLocked(Position{Incarnation: s.Incarnation(), Sequence: s.Next()})
+	f.mu.taken = taken
+	select {
+	case <-f.started:
+	default:
+		close(f.started)
+	}
+}
+
+// dropTakenLocked fails the pending pages that taken refuses, and takes their
+// sections out of the batches, f.mu held.
+func (f *Flusher) dropTakenLocked(taken Taken) {
+	if taken == nil {
+		return
+	}
+	var kept []*batch
+	for _, b := range f.mu.batches {
+		var tickets []*Ticket
+		for _, t := range b.tickets {
+			if taken(t.shard, t.epoch) {
+				t.fail(takenError(t.shard, t.epoch))
+			} else {
+				tickets = append(tickets, t)
+			}
+		}
+		b.tickets = tickets
+		var sections []Section
+		clear(b.index)
+		for _, s := range b.sections {
+			if taken(s.Shard, s.Epoch) {
+				n := sectionBytes(s)
+				b.bytes -= n
+				f.mu.stats.Pending -= n
+				continue
+			}
+			b.index[s.Shard] = len(sections)
+			sections = append(sections, s)
+		}
+		b.sections = sections
+		if len(b.tickets) > 0 || b == f.mu.batches[len(f.mu.batches)-1] {
+			kept = append(kept, b)
+		}
+	}
+	f.mu.batches = kept
+}
+
+func sectionBytes(s Section) int {
+	n := 0
+	for _, r := range s.Records {
+		n += len(r)
+	}
+	return n
 }
 
 // WaitRoom waits until fewer than maxBytes of record bytes are pending and the
@@ -342,8 +461,7 @@ func (f *Flusher) stop(err error) {
 	defer f.mu.Unlock()
 	for _, b := range f.mu.batches {
 		for _, t := range b.tickets {
-			t.err = err
-			close(t.done)
+			t.fail(err)
 		}
 	}
 	f.mu.batches = nil
@@ -356,6 +474,14 @@ func (f *Flusher) stop(err error) {
 
 func (f *Flusher) loop() {
 	defer close(f.done)
+	if f.stream == nil {
+		// The first stream, at once: a takeover needs its position before it
+		// gives the flusher anything.
+		if err := f.restart(nil); err != nil {
+			f.stop(err)
+			return
+		}
+	}
 	// paced receives once Interval has passed since the previous flush started;
 	// nil once it did, or before the first flush.
 	var paced <-chan time.Time
@@ -402,17 +528,48 @@ func (f *Flusher) loop() {
 	}
 }
 
+// restart gets the flusher its next stream from opts.Next, after fenced (nil: its
+// first), and drops the pages of the shards it reports taken.
+func (f *Flusher) restart(fenced *Stream) error {
+	if f.opts.Next == nil {
+		return fmt.Errorf("%w: a flusher without a stream", ErrInvalid)
+	}
+	s, taken, err := f.opts.Next(f.ctx, fenced)
+	if err != nil {
+		if f.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setStreamLocked(s, taken)
+	f.dropTakenLocked(taken)
+	f.shippedLocked()
+	return nil
+}
+
 // ship puts b, again and again while the outcome is unknown, and resolves its
 // tickets. It returns ErrFenced once the stream was fenced, and ErrClosed once
 // Close gave up waiting.
 func (f *Flusher) ship(b *batch) error {
 	start := f.opts.Clock.Now()
 	for {
+		if len(b.tickets) == 0 {
+			// Every page of it was taken over while its stream was replaced.
+			f.mu.Lock()
+			if len(f.mu.batches) > 0 && f.mu.batches[0] == b {
+				f.mu.batches = f.mu.batches[1:]
+			}
+			f.mu.Unlock()
+			return nil
+		}
 		seq, err := f.stream.Put(f.ctx, b.sections)
 		f.mu.Lock()
 		if err == nil {
+			at := Position{Incarnation: f.stream.Incarnation(), Sequence: seq}
 			f.mu.batches = f.mu.batches[1:]
-			f.nextSeq.Store(f.stream.Next())
+			f.setNextLocked(Position{Incarnation: f.stream.Incarnation(), Sequence: f.stream.Next()})
 			f.shippedLocked()
 			f.mu.stats.Puts++
 			f.mu.stats.Bytes += uint64(b.bytes)
@@ -423,7 +580,7 @@ func (f *Flusher) ship(b *batch) error {
 				waited = make([]time.Duration, len(b.tickets))
 			}
 			for i, t := range b.tickets {
-				t.seq = seq
+				t.at = at
 				if waited != nil {
 					waited[i] = now.Sub(t.given)
 				}
@@ -436,11 +593,16 @@ func (f *Flusher) ship(b *batch) error {
 			return nil
 		}
 		f.mu.stats.Failures++
-		if errors.Is(err, ErrFenced) {
+		if errors.Is(err, ErrFenced) && f.opts.Next == nil {
 			f.mu.err = err
 		}
 		f.mu.Unlock()
 		switch {
+		case errors.Is(err, ErrFenced) && f.opts.Next != nil:
+			if err := f.restart(f.stream); err != nil {
+				return err
+			}
+			continue
 		case errors.Is(err, ErrFenced), errors.Is(err, ErrInvalid):
 			// Fenced, or a bug: a batch of checked, copied pages always encodes, and
 			// is put again byte for byte.
