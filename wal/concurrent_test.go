@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // TestEverythingAtOnceThenClose runs appends, truncations, reads, backlogs
