@@ -236,16 +236,6 @@ func (a *appender) halt() map[uint64][]byte {
 	return a.acked
 }
 
-// check fails t unless got holds every acknowledged record at its offset.
-func checkAcked(t *testing.T, who string, got [][]byte, acked map[uint64][]byte) {
-	t.Helper()
-	for off, r := range acked {
-		if off >= uint64(len(got)) || !equal(got[off:off+1], [][]byte{r}) {
-			t.Fatalf("%s: A acknowledged %q at %d; the history holds %d records, and not it there", who, r, off, len(got))
-		}
-	}
-}
-
 // TestTwoMachinesTakingOverAtOnceKeepEveryAcknowledgedRecord: A keeps appending
 // to x while B and C, whose clocks say A's lease ran out, open x at the same
 // moment. Both fence A's stream, read it and ship the backlog; one Take wins and
