@@ -59,3 +59,54 @@ func TestARestoredDirLetsGoOfShardsItDoesNotKnow(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// TestARestoredDirReadsWhatTheOriginalAcknowledgedAfterTheCopy: A's Dir is
+// backed up while y holds 8 records; A then acknowledges 8 more and is lost
+// (its Close cannot release: the store refuses its shard writes), or closes
+// cleanly. The backup is restored on machine C, which opens y: the manifest names
+// C's own instance at the WAL's epoch, but the WAL holds only what it held at the
+// copy. C follows its instance's chain and reads the rest from the tail: every
+// record A acknowledged is in y at its offset, and C's next record goes after
+// them.
+func TestARestoredDirReadsWhatTheOriginalAcknowledgedAfterTheCopy(t *testing.T) {
+	for _, lost := range []bool{true, false} {
+		name := map[bool]string{true: "machine lost", false: "clean close"}[lost]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			drv := mem.New()
+			fa := fault.Wrap(drv, 1)
+			dirA := t.TempDir()
+			optsA := Options{Dir: dirA, Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(), Lease: lateLease, RenewEvery: time.Second}
+			eA := open(t, optsA)
+			y := openShard(t, eA, "y")
+			want := appendBatches(t, y, 2)
+			backup := filepath.Join(t.TempDir(), "backup")
+			if err := os.CopyFS(backup, os.DirFS(dirA)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, appendBatches(t, y, 2)...)
+			if lost {
+				refuseShardWrites(fa)
+			}
+			t.Logf("A's close: %v", eA.Close())
+			fa.SetRules()
+
+			optsC := optsA
+			optsC.Dir = backup
+			optsC.Bucket = substratetest.NewBucket(t, "shared", drv)
+			eC := open(t, optsC)
+			shC, err := eC.OpenShard(ctx, "y", WaitForLease())
+			if err != nil {
+				t.Fatalf("C's open of y: %v", err)
+			}
+			got := readAll(t, shC, 0)
+			if !equal(got, want) {
+				t.Fatalf("C, on A's Dir restored from a copy, reads %d records of y; A acknowledged %d", len(got), len(want))
+			}
+			off, err := shC.Append(ctx, []byte("C's own"))
+			if err != nil || off != uint64(len(want)) {
+				t.Fatalf("C's own record at %d (%v), want %d", off, err, len(want))
+			}
+		})
+	}
+}

@@ -87,7 +87,28 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 	// crash (or a lost reply) kept from being seen.
 	ours := prev.Owner == e.opts.Instance && (walEpoch == prev.Epoch || walEpoch == prev.Epoch+1)
 	epoch := c.Epoch()
-	var taken int
+	var (
+		taken int
+		recs  [][]byte
+		read  bool // recs is the history read from the tail
+	)
+	if ours {
+		// What this instance shipped is in its own tail, which a WAL restored
+		// from an older copy of the Dir lacks: read it (through the chain, to
+		// the ends the earlier processes left) and keep the WAL only if it
+		// holds all of it.
+		h, _, err := e.readTail(ctx, prev)
+		if err != nil {
+			return nil, 0, err
+		}
+		if behind, err := e.walBehind(id, prev.Sealed, h); err != nil {
+			return nil, 0, err
+		} else if behind {
+			e.opts.Logger.Warn("engine: the WAL lacks records this instance shipped of the shard (a Dir restored from an older copy?): taking the tail's history",
+				"shard", id, "sealed", prev.Sealed, "records", len(h))
+			ours, recs, read = false, h, true
+		}
+	}
 	if ours {
 		if err := e.log.SetEpoch(id, epoch); err != nil {
 			return nil, 0, err
@@ -98,20 +119,22 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 			return nil, 0, err
 		}
 	} else {
-		recs, fenced, err := e.readTail(ctx, prev)
-		if err != nil {
-			return nil, 0, err
-		}
-		if fenced {
-			// The fence stops the previous owner's acknowledgements; what it
-			// committed before is in the manifest now, and its tail is read to
-			// the fence again from there.
-			again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
-			if err != nil {
+		if !read {
+			var fenced bool
+			if recs, fenced, err = e.readTail(ctx, prev); err != nil {
 				return nil, 0, err
 			}
-			if again.Prev.Seq != prev.Seq {
-				return nil, 0, fmt.Errorf("%w: the manifest moved while the tail was fenced", manifest.ErrMoved)
+			if fenced {
+				// The fence stops the previous owner's acknowledgements; what it
+				// committed before is in the manifest now, and its tail is read to
+				// the fence again from there.
+				again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
+				if err != nil {
+					return nil, 0, err
+				}
+				if again.Prev.Seq != prev.Seq {
+					return nil, 0, fmt.Errorf("%w: the manifest moved while the tail was fenced", manifest.ErrMoved)
+				}
 			}
 		}
 		if err := e.supersede(id, walEpoch, prev, recs); err != nil {
@@ -139,6 +162,40 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		return nil, 0, e.takeoverFailed(id, c, err)
 	}
 	return o, taken, nil
+}
+
+// walBehind reports whether the WAL's records of the shard from sealed on lack
+// some of history, the shard's records from sealed on that this instance shipped:
+// the WAL holds fewer, or others at the same offsets.
+func (e *Engine) walBehind(id string, sealed uint64, history [][]byte) (bool, error) {
+	if len(history) == 0 {
+		return false, nil
+	}
+	info := e.log.Info(id)
+	if info.Next < sealed+uint64(len(history)) || info.Floor > sealed {
+		return true, nil
+	}
+	compared := 0
+	for p, err := range e.log.Pages(id, sealed) {
+		if err != nil {
+			return false, err
+		}
+		for i, r := range p.Records {
+			off := p.FirstOffset + uint64(i)
+			if off < sealed {
+				continue
+			}
+			k := off - sealed
+			if k >= uint64(len(history)) {
+				return false, nil
+			}
+			if !bytes.Equal(history[k], r) {
+				return true, nil
+			}
+			compared++
+		}
+	}
+	return compared < len(history), nil
 }
 
 // takeoverFailed is the end of a takeover whose publish failed with err. One whose
