@@ -264,7 +264,8 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 		UploadWait: e.opts.Lease.Duration,
 		PartsDir:   e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
-		Clock: e.opts.Clock, Events: e.events, Tail: shardTail{e.tail},
+		Clock: e.opts.Clock, Tail: shardTail{e.tail},
+		Events: shard.Events{AppendEnded: e.events.AppendEnded, ShardClosed: e.events.ShardClosed},
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()

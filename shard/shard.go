@@ -25,7 +25,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/clock"
-	"github.com/l0store/l0/internal/event"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -79,12 +78,24 @@ type Config struct {
 	MaxRecordSize int
 	MaxBatchBytes int
 	Clock         clock.Clock
-	// Events are the engine's listeners; the shard tells AppendEnded of its
-	// appends and ShardClosed of its close, both required.
-	Events event.Listener
+	// Events hear what the shard did; both are required.
+	Events Events
 	// Tail, if set, is where the shard's pages are shipped (see seal.Tail, and
 	// ReleaseLeaving for Until).
 	Tail Tail
+}
+
+// Events are the callbacks a shard reports to. Each runs on the goroutine of
+// what it reports and must not block it.
+type Events struct {
+	// AppendEnded is told of every call to Append: its records and bytes, how
+	// long it took, and its error (nil once the records are durable). It runs on
+	// the append path: it must be cheap and safe for concurrent use.
+	AppendEnded func(records, bytes int, took time.Duration, err error)
+	// ShardClosed is told once, when the shard has closed or retired, of the
+	// parts whose commit had an unknown outcome that it could not settle: each
+	// may be in the manifest without its copies, until a backfill.
+	ShardClosed func(shard string, inDoubt []manifest.Part)
 }
 
 // Tail is what a shard asks of the tail its pages are shipped to.

@@ -1,0 +1,51 @@
+package tests
+
+import (
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestNoInternalTypeInAPublicSignature reads `go doc -all` of every public
+// package and fails on a declaration (a signature, a struct field, a value's
+// type) that names a type of a package under internal/: no caller outside the
+// module could build or name one.
+func TestNoInternalTypeInAPublicSignature(t *testing.T) {
+	list := func(args ...string) []string {
+		out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("go list %v: %v", args, err)
+		}
+		return strings.Fields(string(out))
+	}
+	internal := list("-f", "{{.Name}}", "github.com/l0store/l0/internal/...")
+	uses := regexp.MustCompile(`\b(` + strings.Join(internal, "|") + `)\.[A-Z]\w*`)
+	var public []string
+	for _, p := range list("github.com/l0store/l0/...") {
+		if !strings.Contains(p, "/internal/") && !strings.Contains(p, "/cmd/") && !strings.HasSuffix(p, "/tests") &&
+			!strings.HasSuffix(p, "/model") && !strings.Contains(p, "/tools") {
+			public = append(public, p)
+		}
+	}
+	if len(public) < 10 {
+		t.Fatalf("only %d public packages found: %v", len(public), public)
+	}
+	for _, p := range public {
+		out, err := exec.Command("go", "doc", "-all", p).Output()
+		if err != nil {
+			t.Fatalf("go doc -all %s: %v", p, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			// Declarations start at the margin, or a tab in (fields, methods of
+			// an interface); their doc text is four spaces in.
+			code := strings.HasPrefix(line, "\t") || (line != "" && line[0] != ' ')
+			if !code || strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			if m := uses.FindString(line); m != "" {
+				t.Errorf("%s names the internal type %s: %s", p, m, strings.TrimSpace(line))
+			}
+		}
+	}
+}
