@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/tail"
+	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/wal"
 )
@@ -44,6 +46,7 @@ func (e *Engine) openTail() {
 		Collect: tail.CollectOptions{
 			Every: e.opts.Tail.CollectEvery, After: e.opts.Tail.CollectAfter,
 			View: e.tailView, Collected: func(n int) { e.metrics.collected.Add(float64(n)) },
+			Dead: e.deadInstances,
 		},
 		Logger: e.opts.Logger,
 	})
@@ -84,6 +87,29 @@ func pointerOf(t *manifest.Tail) *tail.Pointer {
 		}
 	}
 	return p
+}
+
+// deadInstances are the instances whose tails this engine's collection also
+// collects: those whose instance lease was released, or ran out more than
+// CollectAfter ago, by this engine's clock and the skew margin.
+func (e *Engine) deadInstances(ctx context.Context) ([]string, error) {
+	recs, _, err := lease.ListAll(ctx, e.set.Authority().Bucket, lease.InstancesPrefix, "/lease")
+	if err != nil {
+		return nil, err
+	}
+	now := e.opts.Clock.Now()
+	var dead []string
+	for key, r := range recs {
+		id := strings.TrimSuffix(strings.TrimPrefix(key, lease.InstancesPrefix), "/lease")
+		if id == e.opts.Instance || strings.Contains(id, "/") {
+			continue
+		}
+		if r.Released || now.After(r.Expiry.Add(e.opts.Lease.SkewMargin+e.opts.Tail.CollectAfter)) {
+			dead = append(dead, id)
+		}
+	}
+	sort.Strings(dead)
+	return dead, nil
 }
 
 // shardTaken fences the owner here of a shard that a takeover elsewhere marked

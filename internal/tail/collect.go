@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,13 @@ type CollectOptions struct {
 	View func(ctx context.Context, shard string) (View, error)
 	// Collected is told how many objects each pass deleted.
 	Collected func(n int)
+	// Dead, if set, names the instances whose streams a pass also collects:
+	// instances gone for good (their leases lapsed long ago), whose own
+	// collectors no longer run. A pass ends a dead instance's live incarnation
+	// first (a fence, then the chain's End), so that its last objects can go
+	// too; a dead instance that comes back meets the fence and starts its next
+	// incarnation.
+	Dead func(ctx context.Context) ([]string, error)
 }
 
 // collectPassBound is the least time a collection pass may take before it is cut.
@@ -189,11 +197,6 @@ func (t *Tail) collect(stop <-chan struct{}) {
 // while it is of a later epoch than the manifest's (a takeover that shipped its
 // backlog and has not published yet). It returns how many objects it deleted.
 func (t *Tail) CollectOnce(ctx context.Context) (int, error) {
-	b, inst := t.opts.Bucket, t.opts.Instance
-	streams, err := Streams(ctx, b, inst)
-	if err != nil {
-		return 0, err
-	}
 	views := map[string]View{}
 	viewOf := func(shard string) (View, error) {
 		if v, ok := views[shard]; ok {
@@ -219,7 +222,68 @@ func (t *Tail) CollectOnce(ctx context.Context) (int, error) {
 		seen[key] = first
 		return now.Sub(first) >= t.opts.Collect.After
 	}
-	live := t.Incarnation()
+	// The live incarnation is this tail's, or, if another process of the
+	// instance has started since (this one is stale), the chain's: its last
+	// object stays either way.
+	live := []uint64{t.Incarnation()}
+	if c, _, err := ReadChain(ctx, t.opts.Bucket, t.opts.Instance); err != nil {
+		return 0, err
+	} else if l, ok := c.Live(); ok {
+		live = append(live, l.N)
+	}
+	total, err := t.collectInstance(ctx, t.opts.Instance, live, viewOf, old)
+	errs := []error{err}
+	if t.opts.Collect.Dead != nil {
+		dead, err := t.opts.Collect.Dead(ctx)
+		errs = append(errs, err)
+		for _, inst := range dead {
+			if inst == t.opts.Instance {
+				continue
+			}
+			n, err := t.collectDead(ctx, inst, viewOf, old)
+			total += n
+			errs = append(errs, err)
+		}
+	}
+	// The keys this pass did not look at were deleted, or lie past an object it
+	// kept; the latter are seen anew, later, which only delays them.
+	t.mu.Lock()
+	t.mu.seen = seen
+	t.mu.Unlock()
+	if t.opts.Collect.Collected != nil {
+		t.opts.Collect.Collected(total)
+	}
+	return total, errors.Join(errs...)
+}
+
+// collectDead ends a dead instance's live incarnation, if any, and collects its
+// streams.
+func (t *Tail) collectDead(ctx context.Context, inst string, viewOf func(string) (View, error), old func(string) bool) (int, error) {
+	c, _, err := ReadChain(ctx, t.opts.Bucket, inst)
+	if err != nil {
+		return 0, err
+	}
+	if l, ok := c.Live(); ok {
+		seq, _, err := Fence(ctx, t.opts.Bucket, inst, l.N, 0)
+		if err != nil {
+			return 0, fmt.Errorf("tail: end the live incarnation %d of dead instance %s: %w", l.N, inst, err)
+		}
+		if _, err := End(ctx, t.opts.Bucket, inst, l.N, seq); err != nil {
+			// It came back and started another: its own collector runs again.
+			return 0, fmt.Errorf("tail: end the live incarnation %d of dead instance %s: %w", l.N, inst, err)
+		}
+	}
+	return t.collectInstance(ctx, inst, nil, viewOf, old)
+}
+
+// collectInstance collects every incarnation of inst's stream; live are the
+// incarnations whose writers may still put.
+func (t *Tail) collectInstance(ctx context.Context, inst string, live []uint64, viewOf func(string) (View, error), old func(string) bool) (int, error) {
+	b := t.opts.Bucket
+	streams, err := Streams(ctx, b, inst)
+	if err != nil {
+		return 0, err
+	}
 	total := 0
 	var errs []error
 	for _, st := range streams {
@@ -241,19 +305,11 @@ func (t *Tail) CollectOnce(ctx context.Context) (int, error) {
 			}
 			return e.Epoch == v.Epoch && e.Next > v.Sealed, nil
 		}
-		n, err := Collect(ctx, b, st, inc == live, old, needed)
+		n, err := Collect(ctx, b, st, slices.Contains(live, inc), old, needed)
 		total += n
 		if err != nil {
-			errs = append(errs, fmt.Errorf("tail: collect incarnation %d: %w", inc, err))
+			errs = append(errs, fmt.Errorf("tail: collect %s incarnation %d: %w", inst, inc, err))
 		}
-	}
-	// The keys this pass did not look at were deleted, or lie past an object it
-	// kept; the latter are seen anew, later, which only delays them.
-	t.mu.Lock()
-	t.mu.seen = seen
-	t.mu.Unlock()
-	if t.opts.Collect.Collected != nil {
-		t.opts.Collect.Collected(total)
 	}
 	return total, errors.Join(errs...)
 }

@@ -167,21 +167,20 @@ func (t *Tail) Incarnation() uint64 { return t.flusher.Next().Incarnation }
 func (t *Tail) From(shard string, offset uint64) (at Position, ok bool) {
 	t.mu.Lock()
 	sp := t.mu.shards[shard]
-	var tk *Ticket
-	if sp != nil {
-		for _, g := range sp.given {
-			if g.first >= offset {
-				tk = g.t
-				break
-			}
-		}
-	}
-	t.mu.Unlock()
 	if sp == nil {
+		t.mu.Unlock()
 		return Position{}, false
 	}
+	var tk *Ticket
+	for _, g := range sp.given {
+		if g.first >= offset {
+			tk = g.t
+			break
+		}
+	}
 	if tk == nil {
-		// Pages given from now on go at or after Next.
+		defer t.mu.Unlock()
+		// Pages given from now on (Add holds t.mu) go at or after Next.
 		select {
 		case <-t.flusher.Started():
 			return t.flusher.Next(), true
@@ -189,6 +188,7 @@ func (t *Tail) From(shard string, offset uint64) (at Position, ok bool) {
 			return Position{}, false
 		}
 	}
+	t.mu.Unlock()
 	return t.flusher.Bound(tk)
 }
 

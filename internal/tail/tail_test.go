@@ -299,3 +299,46 @@ func TestACleanCloseEndsTheIncarnationAndTheNextProcessBeginsWithoutAFence(t *te
 		t.Fatalf("chain %+v: want the second incarnation ended at 1 and the third live", c)
 	}
 }
+
+// TestCollectingADeadInstanceEndsItsLiveIncarnationFirst: a pass that collects
+// a dead instance's tail, whose live incarnation's objects no shard needs,
+// fences that incarnation and ends it in the chain before it deletes them: the
+// instance's writer, if it comes back, meets the fence at its next put rather
+// than put into a stream whose objects are gone, and a reader stops at the end.
+func TestCollectingADeadInstanceEndsItsLiveIncarnationFirst(t *testing.T) {
+	ctx := t.Context()
+	b := bucket(t)
+	if _, err := Begin(ctx, b, "dead", 1); err != nil {
+		t.Fatal(err)
+	}
+	w := NewStream(b, "dead", 1, 0, "w")
+	for i := range 3 {
+		if _, err := w.Put(ctx, []Section{{Shard: "s", Epoch: 1, First: uint64(i), Records: records(1, "x")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collector := Open(Options{
+		Bucket: b, Instance: "survivor",
+		NextIncarnation: func(after uint64) (uint64, error) { return after + 1, nil },
+		Collect: CollectOptions{
+			View: func(context.Context, string) (View, error) { return View{Epoch: 2, Sealed: 3}, nil }, // sealed by another owner
+			Dead: func(context.Context) ([]string, error) { return []string{"dead"}, nil },
+		},
+	})
+	defer collector.Close(ctx)
+	for range 2 { // the first pass sees the objects, the second finds them old
+		if _, err := collector.CollectOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := objects(t, b); n != 1 {
+		t.Fatalf("%d tail objects left of the dead instance's 3 and its fence, want the fence alone", n)
+	}
+	c, _, err := ReadChain(ctx, b, "dead")
+	if err != nil || len(c.Incarnations) != 1 || !c.Incarnations[0].Ended || c.Incarnations[0].End != 3 {
+		t.Fatalf("the dead instance's chain: %+v, %v; want incarnation 1 ended at 3", c, err)
+	}
+	if _, err := w.Put(ctx, []Section{{Shard: "s", Epoch: 1, First: 3, Records: records(1, "back")}}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the dead instance's writer, back, put: %v; want ErrFenced", err)
+	}
+}
