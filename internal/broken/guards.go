@@ -14,7 +14,14 @@ const (
 	// ReuseOffset gives every fifth page of a shard the offset of the record
 	// before it.
 	ReuseOffset Guard = "reuse-offset"
+	// UnlistedIncarnation starts a fenced tail's next incarnation without
+	// writing it into the chain: its pages are acknowledged where no reader
+	// follows.
+	UnlistedIncarnation Guard = "unlisted-incarnation"
+	// OneIncarnation reads a shard's history in its pointer's incarnation alone,
+	// not through the chain.
+	OneIncarnation Guard = "one-incarnation"
 )
 
 // Guards lists them all.
-var Guards = []Guard{AckBeforeSync, SkipFence, CollectNeeded, ReuseOffset}
+var Guards = []Guard{AckBeforeSync, SkipFence, CollectNeeded, ReuseOffset, UnlistedIncarnation, OneIncarnation}

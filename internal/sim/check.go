@@ -179,6 +179,21 @@ func (o *oracle) hold(id string, off uint64, h held, how string) {
 	t.held[off] = h
 }
 
+// released records that epoch's owner of shard id released it, cooperatively:
+// its acknowledgements, in Local mode too, are in the history now, and no later
+// owner may lose them.
+func (o *oracle) released(id string, epoch uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.truth(id)
+	for k, h := range t.held {
+		if h.soft && h.epoch == epoch {
+			h.soft = false
+			t.held[k] = h
+		}
+	}
+}
+
 // loseSoft drops the soft records of shard id from off on, which a later epoch
 // replaced: a Local-mode owner's unshipped window, lost to a takeover. What one
 // takeover loses must fit in the window the options bound.

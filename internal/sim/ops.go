@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 )
@@ -31,6 +33,8 @@ var kinds = []struct {
 	{"corrupt", 1},   // a byte of a part object flips
 	{"attach", 2},    // a machine restarts with the far replica attached
 	{"backfill", 3},  // an attached machine copies its shards' history there
+	{"fence", 5},     // a machine's tail is fenced (or twice), appends racing its next incarnation
+	{"stop", 2},      // a machine's tail is fenced and the machine closes cleanly at once, then restarts
 }
 
 // draw is everything the seed decides about one step, drawn whether or not it
@@ -57,7 +61,7 @@ func (w *world) drawOne() draw {
 		}
 		r -= k.weight
 	}
-	if d.kind == "burst" {
+	if d.kind == "burst" || d.kind == "fence" || d.kind == "stop" {
 		for range d.n {
 			b := draw{kind: "append", machine: w.rng.IntN(len(w.machines)), shard: w.rng.IntN(len(w.shards)), n: 1 + w.rng.IntN(3), x: w.rng.Uint64()}
 			if b.x%4 == 0 {
@@ -102,6 +106,10 @@ func (w *world) step(i int) {
 		w.attach(m)
 	case "backfill":
 		w.backfill(m)
+	case "fence":
+		w.fence(i, m, d.x, d.burst)
+	case "stop":
+		w.stop(i, m, d.burst)
 	}
 	w.tails.check(w)
 }
@@ -193,10 +201,18 @@ func (w *world) release(m *machine, id, what string, retire bool) {
 	w.withShard(m, id, what, func(ctx context.Context) error {
 		sh := m.open[id]
 		delete(m.open, id) // closed or not, the handle is done
+		var err error
 		if retire {
-			return sh.Retire(ctx)
+			err = sh.Retire(ctx)
+		} else {
+			err = sh.Close(ctx)
 		}
-		return sh.Close(ctx)
+		if err == nil {
+			// Released: what it acknowledged is sealed or shipped, its end
+			// recorded, in Local mode too.
+			w.o.released(id, sh.Info().Epoch)
+		}
+		return err
 	})
 }
 
@@ -337,6 +353,79 @@ func (w *world) backfill(m *machine) {
 		err = m.e.FlushAndWaitUploads(ctx)
 	}
 	w.tracef("backfill on %s: %d parts queued: %v", m.name, n, errOrOK(err))
+}
+
+// fenceTail fences m's live tail incarnation from outside, as a takeover of
+// another of its shards does (without the mark: no shard of m's is taken); twice
+// puts a fence at the start of the incarnation after it too, so that the next
+// one starts and is fenced at once. It reports whether it fenced anything.
+func (w *world) fenceTail(m *machine, twice bool) bool {
+	if m.e == nil {
+		return false
+	}
+	ctx := context.Background()
+	inst := m.e.Instance()
+	c, _, err := tail.ReadChain(ctx, w.tails.b, inst)
+	live, ok := c.Live()
+	if err != nil || !ok {
+		w.tracef("fence %s's tail: no live incarnation (%v)", m.name, errOrOK(err))
+		return false
+	}
+	at, _, err := tail.Fence(ctx, w.tails.b, inst, live.N, 0)
+	if err != nil {
+		w.tracef("fence %s's tail: %v", m.name, err)
+		return false
+	}
+	w.res.Faults["fence"]++
+	w.tracef("fence %s's tail incarnation %d at %d", m.name, live.N, at)
+	if twice {
+		if _, _, err := tail.Fence(ctx, w.tails.b, inst, live.N+1, 0); err == nil {
+			w.res.Faults["fence twice"]++
+			w.tracef("fence %s's tail incarnation %d at 0, before it starts", m.name, live.N+1)
+		}
+	}
+	return true
+}
+
+// fence fences m's tail and runs a burst of appends and reads at once, racing
+// the next incarnation's start.
+func (w *world) fence(step int, m *machine, x uint64, ds []draw) {
+	if !w.fenceTail(m, x%2 == 1) {
+		return
+	}
+	w.burst(step, ds)
+}
+
+// stop fences m's tail and closes m's engine cleanly while its next incarnation
+// starts and a burst of appends runs, then opens it again.
+func (w *world) stop(step int, m *machine, ds []draw) {
+	if m.partitioned || !w.fenceTail(m, false) {
+		return
+	}
+	w.res.Ops++
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.burst(step, ds)
+	}()
+	time.Sleep(time.Millisecond)
+	held := maps.Clone(m.open)
+	err := m.e.Close()
+	<-done
+	w.tracef("stop %s cleanly: %v", m.name, errOrOK(err))
+	if err == nil {
+		// Every shard it had open retired: what it acknowledged is in the
+		// history now, in Local mode too.
+		for id, sh := range held {
+			w.o.released(id, sh.Info().Epoch)
+		}
+	}
+	m.bucket.Close()
+	m.farBucket.Close()
+	m.e, m.open = nil, nil
+	if err := w.boot(m); err != nil {
+		w.violate("%s does not reopen after a clean close: %v", m.name, err)
+	}
 }
 
 func errOrOK(err error) string {

@@ -13,10 +13,10 @@ import (
 
 // tails watches the store's tail objects between steps: it reads the index of
 // each one when it first appears, and when one is gone it checks that no
-// manifest still needed it. A manifest needs an object of the stream its tail
-// pointer names, at or past the pointer and before its recorded end, that holds
-// a section of the manifest's epoch past the sealed watermark: the next owner
-// reads it there.
+// manifest still needed it. A manifest needs an object of the instance its tail
+// pointer names, at or past the pointer's position (in its incarnation or a
+// later one) and before its recorded end, that holds a section of the
+// manifest's epoch past the sealed watermark: the next owner reads it there.
 type tails struct {
 	b     *substrate.Bucket // the store, without faults
 	store *manifest.Store
@@ -70,14 +70,25 @@ func (t *tails) check(w *world) {
 				continue
 			}
 			p := m.Tail
-			if p != nil && p.Instance == instance && p.Incarnation == incarnation && seq >= p.From &&
-				(p.Until == 0 || seq < p.Until) && e.Epoch == m.Epoch && e.Next > m.Sealed {
+			if p != nil && p.Instance == instance && !before(incarnation, seq, p.Incarnation, p.From) &&
+				(p.Until == 0 || before(incarnation, seq, untilIncarnation(p), p.Until)) && e.Epoch == m.Epoch && e.Next > m.Sealed {
 				w.violate("collection deleted %s, which shard %s still needs: its records %d to %d of epoch %d, sealed to %d, pointer %+v",
 					key, e.Shard, e.First, e.Next-1, e.Epoch, m.Sealed, *p)
 				return
 			}
 		}
 	}
+}
+
+// before reports whether position (i, s) of a tail comes before (oi, os).
+func before(i, s, oi, os uint64) bool { return i < oi || (i == oi && s < os) }
+
+// untilIncarnation is the incarnation of a tail pointer's recorded end.
+func untilIncarnation(p *manifest.Tail) uint64 {
+	if p.UntilIncarnation != 0 {
+		return p.UntilIncarnation
+	}
+	return p.Incarnation
 }
 
 // parseTailKey splits tail/<instance>/<incarnation>/<sequence>.

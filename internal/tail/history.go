@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -74,6 +75,9 @@ func ReadHistory(ctx context.Context, b *substrate.Bucket, p Pointer, shard stri
 			return History{}, fmt.Errorf("tail: shard %q: %w", shard, err)
 		}
 		incs := c.From(p.From.Incarnation)
+		if len(incs) > 1 && broken.Is(broken.OneIncarnation) {
+			incs = []Incarnation{{N: p.From.Incarnation}}
+		}
 		if len(incs) == 0 || incs[0].N != p.From.Incarnation {
 			incs = []Incarnation{{N: p.From.Incarnation}} // not listed: read to its fence
 		}

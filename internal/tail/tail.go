@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -337,6 +338,8 @@ func (t *Tail) next(ctx context.Context, fenced *Stream) (*Stream, Taken, error)
 			err error
 		)
 		switch {
+		case fenced != nil && broken.Is(broken.UnlistedIncarnation):
+			c, _, err = ReadChain(ctx, b, inst)
 		case fenced != nil:
 			c, err = Reincarnate(ctx, b, inst, live, end, n)
 		case hasLive:
