@@ -13,7 +13,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/lease"
@@ -203,7 +202,7 @@ func (e *Engine) readTail(ctx context.Context, prev manifest.Manifest) (recs [][
 	if !released {
 		p.Until = tail.Position{} // an end recorded by an owner that did not release is not one
 	}
-	opts := tail.HistoryOptions{Take: !released && !broken.Is(broken.SkipFence)}
+	opts := tail.HistoryOptions{Take: !released}
 	if t.Instance == e.opts.Instance {
 		// This instance's own tail, written by an earlier process (fenced and
 		// ended as this one's tail started) or by this one, which holds nothing of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,6 +52,11 @@ func tailScenario(ctx context.Context, cfg config, root string, out, results io.
 	if err != nil {
 		return fmt.Errorf("tail move: %w", err)
 	}
+	reinc, err := tailReincarnation(ctx, cfg, root, g)
+	if err != nil {
+		return fmt.Errorf("tail reincarnation: %w", err)
+	}
+	reincRows, reincFigures, reincTargets := reinc.rows()
 
 	fmt.Fprintf(out, "tail · Remote mode on %s %s, flush interval %s · %d rounds, order rotated · median (min-max)\n",
 		g.kind, g.endpoint, tailInterval, cfg.longRounds)
@@ -64,6 +70,9 @@ func tailScenario(ctx context.Context, cfg config, root string, out, results io.
 	}
 	fmt.Fprintf(tw, "%.1f MB tail: OpenShard → sealed ms, another machine · the same Dir\t%s\t%s\t%s\t\n",
 		float64(move.raw)/1e6, spreadOf(move.cross), spreadOf(move.same), move.vs)
+	for _, l := range reincRows {
+		fmt.Fprintln(tw, l)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -80,6 +89,7 @@ func tailScenario(ctx context.Context, cfg config, root string, out, results io.
 		atMost("tail puts/s, the most over the fewest of the busy shard counts", 1.2, spreads...),
 		atMost("cross-machine move over the same-machine move", 2, move.vs.PerRound...),
 	}
+	targets = append(targets, reincTargets...)
 	for _, t := range targets {
 		fmt.Fprintln(out, t)
 	}
@@ -91,6 +101,7 @@ func tailScenario(ctx context.Context, cfg config, root string, out, results io.
 	for i, n := range puts.shards {
 		figures[fmt.Sprintf("tail_puts_per_s_%d_shards", n)] = spreadOf(puts.rates[i])
 	}
+	maps.Copy(figures, reincFigures)
 	return emit(results, resultLine{
 		Scenario: "tail",
 		Params: map[string]any{"substrate": g.kind, "flush_interval_ms": ms(tailInterval), "rounds": cfg.longRounds,

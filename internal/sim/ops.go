@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -33,8 +34,17 @@ var kinds = []struct {
 	{"corrupt", 1},   // a byte of a part object flips
 	{"attach", 2},    // a machine restarts with the far replica attached
 	{"backfill", 3},  // an attached machine copies its shards' history there
-	{"fence", 5},     // a machine's tail is fenced (or twice), appends racing its next incarnation
-	{"stop", 2},      // a machine's tail is fenced and the machine closes cleanly at once, then restarts
+}
+
+// extras are steps drawn from a stream of their own (see extraStep), so that
+// adding them left the schedule of every earlier seed as it was: each step is
+// followed by one of them with the weight given, out of 100.
+var extras = []struct {
+	name   string
+	weight int
+}{
+	{"fence", 6}, // a machine's tail is fenced (or twice), appends racing its next incarnation
+	{"stop", 2},  // a machine's tail is fenced and the machine closes cleanly at once, then restarts
 }
 
 // draw is everything the seed decides about one step, drawn whether or not it
@@ -61,16 +71,44 @@ func (w *world) drawOne() draw {
 		}
 		r -= k.weight
 	}
-	if d.kind == "burst" || d.kind == "fence" || d.kind == "stop" {
-		for range d.n {
-			b := draw{kind: "append", machine: w.rng.IntN(len(w.machines)), shard: w.rng.IntN(len(w.shards)), n: 1 + w.rng.IntN(3), x: w.rng.Uint64()}
-			if b.x%4 == 0 {
-				b.kind = "read"
-			}
-			d.burst = append(d.burst, b)
-		}
+	if d.kind == "burst" {
+		d.burst = w.drawBurst(w.rng, d.n)
 	}
 	return d
+}
+
+// drawBurst draws the n appends and reads of a burst from rng.
+func (w *world) drawBurst(rng *rand.Rand, n int) []draw {
+	var out []draw
+	for range n {
+		b := draw{kind: "append", machine: rng.IntN(len(w.machines)), shard: rng.IntN(len(w.shards)), n: 1 + rng.IntN(3), x: rng.Uint64()}
+		if b.x%4 == 0 {
+			b.kind = "read"
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// extraStep draws, from the extras' own stream, whether one follows step i, and
+// runs it.
+func (w *world) extraStep(i int) {
+	r, m, x := w.extra.IntN(100), w.machines[w.extra.IntN(len(w.machines))], w.extra.Uint64()
+	burst := w.drawBurst(w.extra, 1+w.extra.IntN(4))
+	for _, k := range extras {
+		if r >= k.weight {
+			r -= k.weight
+			continue
+		}
+		switch k.name {
+		case "fence":
+			w.fence(i, m, x, burst)
+		case "stop":
+			w.stop(i, m, burst)
+		}
+		w.tails.check(w)
+		return
+	}
 }
 
 func (w *world) step(i int) {
@@ -106,12 +144,11 @@ func (w *world) step(i int) {
 		w.attach(m)
 	case "backfill":
 		w.backfill(m)
-	case "fence":
-		w.fence(i, m, d.x, d.burst)
-	case "stop":
-		w.stop(i, m, d.burst)
 	}
 	w.tails.check(w)
+	if !w.res.Failed() {
+		w.extraStep(i)
+	}
 }
 
 // burst runs appends and reads at once and waits for them.

@@ -87,6 +87,7 @@ var errPartitioned = errors.New("sim: machine partitioned from the object store"
 // world is the fleet, the shared store and the oracle.
 type world struct {
 	rng      *rand.Rand
+	extra    *rand.Rand // the extras' draws (see extraStep)
 	store    *mem.Driver // the authority, and the tail's replica
 	far      *mem.Driver // a second replica machines attach
 	machines []*machine
@@ -135,7 +136,7 @@ func Run(cfg Config) *Result {
 		cfg.Machines = 2 + rng.IntN(3)
 	}
 	w := &world{
-		rng: rng, store: mem.New(), far: mem.New(), start: time.Now(),
+		rng: rng, extra: rand.New(rand.NewPCG(cfg.Seed, 0xe7a5)), store: mem.New(), far: mem.New(), start: time.Now(),
 		res: &Result{Seed: cfg.Seed, Faults: map[string]int{}},
 	}
 	w.o = newOracle(w)

@@ -95,7 +95,7 @@ func ReadHistory(ctx context.Context, b *substrate.Bucket, p Pointer, shard stri
 			switch {
 			case released && inc.N == until.Incarnation:
 				s.until = until.Sequence
-			case !inc.Ended && !opts.Take:
+			case !inc.Ended && (!opts.Take || broken.Is(broken.SkipFence)):
 				s.until = NoFence
 			case !inc.Ended:
 				seq, met, err := Fence(ctx, b, p.Instance, inc.N, s.from)
