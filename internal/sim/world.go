@@ -87,7 +87,7 @@ var errPartitioned = errors.New("sim: machine partitioned from the object store"
 // world is the fleet, the shared store and the oracle.
 type world struct {
 	rng      *rand.Rand
-	extra    *rand.Rand // the extras' draws (see extraStep)
+	extra    *rand.Rand  // the extras' draws (see extraStep)
 	store    *mem.Driver // the authority, and the tail's replica
 	far      *mem.Driver // a second replica machines attach
 	machines []*machine
