@@ -92,7 +92,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		recs  [][]byte
 		read  bool // recs is the history read from the tail
 	)
-	if ours {
+	if _, known := e.tailReplicaOf(prev); ours && known {
 		// What this instance shipped is in its own tail, which a WAL restored
 		// from an older copy of the Dir lacks: read it (through the chain, to
 		// the ends the earlier processes left) and keep the WAL only if it
@@ -162,6 +162,18 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		return nil, 0, e.takeoverFailed(id, c, err)
 	}
 	return o, taken, nil
+}
+
+// tailReplicaOf reports whether the replica prev's tail pointer names is one
+// this engine has (true without a pointer: there is nothing to read). An engine
+// reopened without that replica cannot check its WAL against its own tail, and
+// keeps the WAL, as a restart did before the chain.
+func (e *Engine) tailReplicaOf(prev manifest.Manifest) (string, bool) {
+	if prev.Tail == nil {
+		return "", true
+	}
+	_, ok := e.set.Get(prev.Tail.Replica)
+	return prev.Tail.Replica, ok
 }
 
 // walBehind reports whether the WAL's records of the shard from sealed on lack

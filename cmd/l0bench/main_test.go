@@ -317,8 +317,9 @@ func TestASuiteRunsEachScenarioInAProcessOfItsOwn(t *testing.T) {
 }
 
 // TestTheTailScenarioJudgesItsThreeTargets: the tail scenario prints its latency,
-// puts and move figures beside their baselines, and judges the three targets.
-func TestTheTailScenarioJudgesItsThreeTargets(t *testing.T) {
+// puts, move and reincarnation figures beside their baselines, and judges the
+// four targets.
+func TestTheTailScenarioJudgesItsFourTargets(t *testing.T) {
 	cfg := quickConfig(t, "tail")
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {
@@ -326,13 +327,14 @@ func TestTheTailScenarioJudgesItsThreeTargets(t *testing.T) {
 	}
 	for _, s := range []string{"append ack p50 ms", "put of a 250 KB object", "tail puts/s, 64 busy shards",
 		"OpenShard → sealed ms, another machine", "target append ack p50 over flush interval/2",
-		"target tail puts/s", "target cross-machine move"} {
+		"target tail puts/s", "target cross-machine move", "a fence's object-store writes, 256 busy shards",
+		"target writes a fence adds"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
 	}
 	lines := resultLines(t, cfg)
-	if len(lines) != 1 || lines[0].Scenario != "tail" || len(lines[0].Targets) != 3 {
+	if len(lines) != 1 || lines[0].Scenario != "tail" || len(lines[0].Targets) != 4 {
 		t.Fatalf("results: %+v", lines)
 	}
 	if !strings.Contains(fmt.Sprint(lines[0].Figures), "tail_puts_per_s_1_shards") {
