@@ -54,6 +54,27 @@ func chainWrites(latency time.Duration, err error) fault.Rule {
 	return fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Key: "/tail-chain$", Latency: latency, Err: err}
 }
 
+// localShardFenced opens two Local-mode machines, A with shard y holding 40
+// acknowledged records, all shipped, and fences A's tail stream as a takeover
+// of another of A's shards does. It returns A, B, y, A's faults and what y
+// acknowledged.
+func localShardFenced(t *testing.T) (eA, eB *Engine, y *shard.Shard, fa *fault.Driver, acked map[uint64][]byte) {
+	t.Helper()
+	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA.Durability, optsB.Durability = Local, Local
+	eA, eB = open(t, optsA), open(t, optsB)
+	y = openShard(t, eA, "y")
+	acked = map[uint64][]byte{}
+	for i := range 10 {
+		appendAcked(t, y, acked, recs(fmt.Sprintf("y%d", i), 4)...)
+	}
+	waitFor(t, 5*time.Second, "A's tail shipped", func() bool { return eA.Metrics().TailUnshippedBytes == 0 })
+	if _, _, err := tail.Fence(context.Background(), optsB.Bucket, eA.Instance(), eA.tail.Incarnation(), 0); err != nil {
+		t.Fatal(err)
+	}
+	return eA, eB, y, fa, acked
+}
+
 // TestLocalAcksDuringAReincarnationSurviveAnEngineClose: in Local mode, a
 // takeover of another of A's shards fences A's tail. A's next incarnation starts
 // late (a slow chain write) while y's appends are acknowledged on A's disk; A
@@ -62,19 +83,8 @@ func chainWrites(latency time.Duration, err error) fault.Rule {
 // machine, reads every record A acknowledged, at its offset.
 func TestLocalAcksDuringAReincarnationSurviveAnEngineClose(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
-	optsA.Durability, optsB.Durability = Local, Local
-	eA, eB := open(t, optsA), open(t, optsB)
-	y := openShard(t, eA, "y")
-	acked := map[uint64][]byte{}
-	for i := range 10 {
-		appendAcked(t, y, acked, recs(fmt.Sprintf("y%d", i), 4)...)
-	}
-	waitFor(t, 5*time.Second, "A's tail shipped", func() bool { return eA.Metrics().TailUnshippedBytes == 0 })
+	eA, eB, y, fa, acked := localShardFenced(t)
 	old := eA.tail.Incarnation()
-	if _, _, err := tail.Fence(ctx, optsB.Bucket, eA.Instance(), old, 0); err != nil {
-		t.Fatal(err)
-	}
 	fa.SetRules(chainWrites(time.Second, nil))
 	appendAcked(t, y, acked, []byte("meets the fence"))
 	for i := range 3 {
@@ -103,19 +113,8 @@ func TestLocalAcksDuringAReincarnationSurviveAnEngineClose(t *testing.T) {
 // write lands y retires; B reads every record.
 func TestLocalAcksDuringFailedChainWritesSurviveARetire(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
-	optsA.Durability, optsB.Durability = Local, Local
-	eA, eB := open(t, optsA), open(t, optsB)
-	y := openShard(t, eA, "y")
-	acked := map[uint64][]byte{}
-	for i := range 10 {
-		appendAcked(t, y, acked, recs(fmt.Sprintf("y%d", i), 4)...)
-	}
-	waitFor(t, 5*time.Second, "A's tail shipped", func() bool { return eA.Metrics().TailUnshippedBytes == 0 })
+	eA, eB, y, fa, acked := localShardFenced(t)
 	old := eA.tail.Incarnation()
-	if _, _, err := tail.Fence(ctx, optsB.Bucket, eA.Instance(), old, 0); err != nil {
-		t.Fatal(err)
-	}
 	fa.SetRules(chainWrites(50*time.Millisecond, fault.ErrInjected))
 	appendAcked(t, y, acked, []byte("meets the fence"))
 	for i := range 3 {
