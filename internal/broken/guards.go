@@ -24,8 +24,4 @@ const (
 )
 
 // Guards lists them all.
-//
-// SkipFence is not among them for now: since takeovers mark the shard in the
-// owner's chain, no fixed seed of the simulation has caught a takeover that
-// reads the owner's live incarnation without fencing it (seeds 1 to 40 tried).
-var Guards = []Guard{AckBeforeSync, CollectNeeded, ReuseOffset, UnlistedIncarnation, OneIncarnation}
+var Guards = []Guard{AckBeforeSync, SkipFence, CollectNeeded, ReuseOffset, UnlistedIncarnation, OneIncarnation}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,8 +44,9 @@ var extras = []struct {
 	name   string
 	weight int
 }{
-	{"fence", 6}, // a machine's tail is fenced (or twice), appends racing its next incarnation
-	{"stop", 2},  // a machine's tail is fenced and the machine closes cleanly at once, then restarts
+	{"fence", 6},  // a machine's tail is fenced (or twice), appends racing its next incarnation
+	{"stop", 2},   // a machine's tail is fenced and the machine closes cleanly at once, then restarts
+	{"zombie", 3}, // a machine's clock stops while another takes a shard of its over; it appends on
 }
 
 // draw is everything the seed decides about one step, drawn whether or not it
@@ -105,6 +107,8 @@ func (w *world) extraStep(i int) {
 			w.fence(i, m, x, burst)
 		case "stop":
 			w.stop(i, m, burst)
+		case "zombie":
+			w.zombie(m, x, len(burst))
 		}
 		w.tails.check(w)
 		return
@@ -463,6 +467,50 @@ func (w *world) stop(step int, m *machine, ds []draw) {
 	if err := w.boot(m); err != nil {
 		w.violate("%s does not reopen after a clean close: %v", m.name, err)
 	}
+}
+
+// zombie stops m's clock while every other clock runs past the leases, lets
+// another machine take over one of m's shards, and has m append to it at once,
+// believing its lease still holds, before its clock catches up. Only the fence
+// of m's tail that the takeover writes keeps those appends from being
+// acknowledged where the new owner never reads: a zombie's clock is exactly
+// what a lease cannot rule out. Only a Remote-mode machine: a Local-mode one
+// acknowledges on its own sync, and rests on the lease's clock bound for that.
+func (w *world) zombie(m *machine, x uint64, n int) {
+	if m.e == nil || m.mode != engine.Remote || m.partitioned || len(m.open) == 0 {
+		return
+	}
+	ids := slices.Sorted(maps.Keys(m.open))
+	id := ids[x%uint64(len(ids))]
+	var others []*machine
+	for _, o := range w.machines {
+		if o != m && o.e != nil && !o.partitioned && o.open[id] == nil {
+			others = append(others, o)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	o := others[(x>>8)%uint64(len(others))]
+	w.res.Faults["zombie"]++
+	d := leaseDuration + skewMargin + time.Second
+	for _, c := range w.machines {
+		if c != m {
+			c.clock.Advance(d)
+		}
+	}
+	w.tracef("clocks +%s but %s's: it is a zombie", d, m.name)
+	w.openShard(o, id)
+	sh := m.open[id]
+	var wg sync.WaitGroup
+	for range 1 + n%3 {
+		recs := w.newRecords(id, 1+n%2)
+		w.res.Ops++
+		wg.Go(func() { w.o.append(m, sh, id, recs) })
+	}
+	wg.Wait()
+	m.clock.Advance(d)
+	w.tracef("%s's clock catches up", m.name)
 }
 
 func errOrOK(err error) string {
