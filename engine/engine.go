@@ -57,6 +57,11 @@ var (
 	// ErrManifestBehind reports a shard whose WAL knows a later owner epoch than its
 	// manifest: the wrong bucket, or one that lost data.
 	ErrManifestBehind = errors.New("engine: manifest behind the WAL")
+	// ErrTailMissing reports a shard whose manifest points at tail records that are
+	// not there: a section missing from the stream, or a stream on a replica this
+	// engine does not have. The open refuses rather than hand out offsets another
+	// owner may have acknowledged.
+	ErrTailMissing = errors.New("engine: tail records missing")
 )
 
 // Engine is the shards of one node. It is safe for concurrent use.
@@ -419,4 +424,83 @@ func (e *Engine) Close() error {
 	}
 	e.encoder.Close()
 	return errors.Join(errs...)
+}
+
+// openTail starts the engine's tail on the tail replica: every page the WAL
+// takes is shipped there, in incarnation after incarnation (see tail.Tail).
+func (e *Engine) openTail() {
+	e.tailReplica = e.opts.Tail.Replica
+	if e.tailReplica == "" {
+		e.tailReplica = e.set.Authority().Name
+	}
+	spec, _ := e.set.Get(e.tailReplica)
+	e.tail = tail.Open(tail.Options{
+		Bucket: spec.Bucket, Instance: e.opts.Instance,
+		NextIncarnation: tail.IncarnationFile(e.opts.FS, e.opts.Dir),
+		Flush: tail.FlushOptions{
+			Interval: e.opts.Tail.Interval, Bytes: e.opts.Tail.Bytes, Retry: e.opts.Tail.Retry,
+			Clock: e.opts.Clock, Shipped: e.events.TailShipped,
+		},
+		Taken: e.shardTaken,
+		Collect: tail.CollectOptions{
+			Every: e.opts.Tail.CollectEvery, After: e.opts.Tail.CollectAfter,
+			View: e.tailView, Collected: func(n int) { e.metrics.collected.Add(float64(n)) },
+			Dead: e.deadInstances,
+		},
+		Logger: e.opts.Logger,
+	})
+	e.log.ShipTo(e.tail.Sink(e.opts.Tail.MaxUnshippedBytes, e.opts.Tail.MaxUnshippedAge),
+		wal.ShipOptions{Remote: e.opts.Durability == Remote})
+}
+
+// tailView is what collection needs of a shard's manifest: the owner's view
+// while it holds the lease, unless a write of its may have landed unseen, or
+// else the authority's.
+func (e *Engine) tailView(ctx context.Context, id string) (tail.View, error) {
+	e.mu.Lock()
+	o := e.mu.owners[id]
+	e.mu.Unlock()
+	var m manifest.Manifest
+	if o != nil && o.Valid() == nil && o.Settled() {
+		m = o.Manifest()
+	} else {
+		var err error
+		if m, _, err = e.store.Load(ctx, id); err != nil {
+			return tail.View{}, err
+		}
+	}
+	v := tail.View{Epoch: m.Epoch, Sealed: m.Sealed}
+	if t := m.Tail; t != nil && t.Replica == e.tailReplica {
+		p := tail.PointerOf(t)
+		v.Pointer = &p
+	}
+	return v, nil
+}
+
+// shardTaken fences the owner here of a shard that a takeover elsewhere marked
+// taken at epoch in this instance's chain: its pages under that epoch are no
+// longer shipped, so nothing more of it may be acknowledged.
+func (e *Engine) shardTaken(id string, epoch uint64) {
+	e.mu.Lock()
+	o := e.mu.owners[id]
+	e.mu.Unlock()
+	if o != nil && o.Epoch() == epoch {
+		o.Fence("a takeover marked it in this instance's tail chain")
+		e.opts.Logger.Warn("engine: a shard was taken over by another instance", "shard", id, "epoch", epoch)
+	}
+}
+
+// shardTail tells a shard where its pages are in the tail.
+type shardTail struct{ t *tail.Tail }
+
+func (s shardTail) From(shard string, offset uint64) (uint64, uint64, bool) {
+	at, ok := s.t.From(shard, offset)
+	return at.Incarnation, at.Sequence, ok
+}
+
+func (s shardTail) Sealed(shard string, floor uint64) { s.t.Forget(shard, floor) }
+
+func (s shardTail) Until(ctx context.Context, shard string) (uint64, uint64, bool, error) {
+	at, ok, err := s.t.Until(ctx, shard)
+	return at.Incarnation, at.Sequence, ok, err
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -342,3 +344,26 @@ func (e *Engine) Lease(ctx context.Context) (*lease.Held, error) {
 
 // Authority is the replica the engine's manifests and lease are on.
 func (e *Engine) Authority() *substrate.Bucket { return e.store.Authority() }
+
+// deadInstances are the instances whose tails this engine's collection also
+// collects: those whose instance lease was released, or ran out more than
+// CollectAfter ago, by this engine's clock and the skew margin.
+func (e *Engine) deadInstances(ctx context.Context) ([]string, error) {
+	recs, _, err := lease.ListAll(ctx, e.set.Authority().Bucket, lease.InstancesPrefix, "/lease")
+	if err != nil {
+		return nil, err
+	}
+	now := e.opts.Clock.Now()
+	var dead []string
+	for key, r := range recs {
+		id := strings.TrimSuffix(strings.TrimPrefix(key, lease.InstancesPrefix), "/lease")
+		if id == e.opts.Instance || strings.Contains(id, "/") {
+			continue
+		}
+		if r.Released || now.After(r.Expiry.Add(e.opts.Lease.SkewMargin+e.opts.Tail.CollectAfter)) {
+			dead = append(dead, id)
+		}
+	}
+	sort.Strings(dead)
+	return dead, nil
+}

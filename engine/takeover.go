@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
 )
@@ -275,6 +276,64 @@ func (e *Engine) supersede(id string, walEpoch uint64, prev manifest.Manifest, t
 		e.metrics.stranded.Add(float64(stranded))
 		e.opts.Logger.Error("engine: dropped acknowledged records another owner superseded",
 			"shard", id, "records", stranded, "sealed", prev.Sealed, "owner", prev.Owner, "epoch", prev.Epoch)
+	}
+	return nil
+}
+
+// tailPointer is the pointer of a shard whose pages this engine ships from at on.
+func (e *Engine) tailPointer(at tail.Position) *manifest.Tail {
+	return &manifest.Tail{Replica: e.tailReplica, Instance: e.opts.Instance, Incarnation: at.Incarnation, From: at.Sequence}
+}
+
+// readTail reads the records past the sealed watermark that the previous owner of
+// a shard shipped, as prev points at them (see tail.ReadHistory): up to the end
+// its release recorded, or else through the instance's chain, marking the shard
+// taken and fencing the live incarnation first. It returns the records from
+// prev.Sealed on, and whether it had to fence.
+func (e *Engine) readTail(ctx context.Context, prev manifest.Manifest) (recs [][]byte, fenced bool, err error) {
+	t := prev.Tail
+	if t == nil {
+		return nil, false, nil
+	}
+	spec, ok := e.set.Get(t.Replica)
+	if !ok {
+		return nil, false, fmt.Errorf("%w: shard %q: its tail is on replica %q, which this engine does not have", ErrTailMissing, prev.Shard, t.Replica)
+	}
+	p := tail.PointerOf(t)
+	released := prev.Released && t.Until != 0
+	if !released {
+		p.Until = tail.Position{} // an end recorded by an owner that did not release is not one
+	}
+	opts := tail.HistoryOptions{Take: !released}
+	if t.Instance == e.opts.Instance {
+		// This instance's own tail, written by an earlier process (fenced and
+		// ended as this one's tail started) or by this one, which holds nothing of
+		// the shard under that epoch: read what the chain ended, mark nothing.
+		opts = tail.HistoryOptions{Below: e.tail.Incarnation()}
+	}
+	h, err := tail.ReadHistory(ctx, spec.Bucket, p, prev.Shard, prev.Epoch, prev.Sealed, opts)
+	if errors.Is(err, tail.ErrMissing) {
+		return nil, false, fmt.Errorf("%w: %w", ErrTailMissing, err)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("engine: shard %q: read the tail: %w", prev.Shard, err)
+	}
+	if h.Fenced {
+		e.metrics.fenceWritten(h.Wrote)
+	}
+	return h.Records, h.Fenced, nil
+}
+
+// shipBacklog gives the tail the shard's pages from sealed on, under epoch, and
+// waits until they are shipped: the tail a manifest points at must hold
+// everything past the sealed watermark.
+func (e *Engine) shipBacklog(ctx context.Context, id string, epoch, sealed uint64) error {
+	last, err := e.log.Reship(id, epoch, sealed)
+	if err != nil || last == nil {
+		return err
+	}
+	if err := last.Wait(ctx); err != nil {
+		return fmt.Errorf("engine: shard %q: ship the backlog: %w", id, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/l0store/l0/internal/broken"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -21,6 +22,18 @@ type Pointer struct {
 	Instance string
 	From     Position
 	Until    Position
+}
+
+// PointerOf reads a manifest's tail pointer.
+func PointerOf(t *manifest.Tail) Pointer {
+	p := Pointer{Instance: t.Instance, From: Position{Incarnation: t.Incarnation, Sequence: t.From}}
+	if t.Until != 0 {
+		p.Until = Position{Incarnation: t.Incarnation, Sequence: t.Until}
+		if t.UntilIncarnation != 0 {
+			p.Until.Incarnation = t.UntilIncarnation
+		}
+	}
+	return p
 }
 
 // HistoryOptions say how ReadHistory reads a shard's pointer.

@@ -7,11 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/l0store/l0/internal/broken"
+	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/substrate"
+	"github.com/l0store/l0/wal"
 )
 
 // Options configure a Tail.
@@ -138,6 +146,52 @@ func (t *Tail) Gather() (done func()) { return t.flusher.Gather() }
 // (see Flusher.WaitRoom).
 func (t *Tail) WaitRoom(ctx context.Context, maxBytes int, maxAge time.Duration) error {
 	return t.flusher.WaitRoom(ctx, maxBytes, maxAge)
+}
+
+// Sink is the tail as the WAL's sink: the WAL gives it every page it logs, and
+// waits for room while maxBytes are unshipped or a page is maxAge old.
+func (t *Tail) Sink(maxBytes int, maxAge time.Duration) wal.Sink {
+	return sink{t, maxBytes, maxAge}
+}
+
+type sink struct {
+	t        *Tail
+	maxBytes int
+	maxAge   time.Duration
+}
+
+func (s sink) Take(shard string, epoch, first uint64, recs [][]byte) wal.Shipment {
+	return s.t.Add(shard, epoch, first, recs)
+}
+
+func (s sink) Room(ctx context.Context) error { return s.t.WaitRoom(ctx, s.maxBytes, s.maxAge) }
+
+func (s sink) Gather() func() { return s.t.Gather() }
+
+// IncarnationFile is a NextIncarnation that keeps the last incarnation given in
+// dir/incarnation: it returns one past that and past listed, and keeps it before
+// returning, so that no two processes of an instance write the same incarnation
+// even when the chain lost track of one (a process that never listed its own).
+func IncarnationFile(fsys vfs.FS, dir string) func(listed uint64) (uint64, error) {
+	return func(listed uint64) (uint64, error) {
+		path := filepath.Join(dir, "incarnation")
+		var n uint64
+		b, err := fsutil.ReadFile(fsys, path)
+		switch {
+		case err == nil:
+			n, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("tail: %s: %w", path, err)
+			}
+		case !errors.Is(err, os.ErrNotExist):
+			return 0, fmt.Errorf("tail: %w", err)
+		}
+		n = max(n, listed) + 1
+		if err := fsutil.WriteFileAtomic(fsys, path, []byte(strconv.FormatUint(n, 10)+"\n")); err != nil {
+			return 0, fmt.Errorf("tail: %w", err)
+		}
+		return n, nil
+	}
 }
 
 // Position returns a position at or before every object that holds a page
