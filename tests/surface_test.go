@@ -49,3 +49,24 @@ func TestNoInternalTypeInAPublicSignature(t *testing.T) {
 		}
 	}
 }
+
+// TestTheWALKnowsNothingOfTheTailOrTheObjectStore fails if package wal imports,
+// directly or not, the tail or any package that speaks to an object store: it
+// hands its pages to a sink it defines, and knows no more of where they go.
+func TestTheWALKnowsNothingOfTheTailOrTheObjectStore(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/l0store/l0/wal").Output()
+	if err != nil {
+		t.Fatalf("go list -deps wal: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("only %d dependencies of wal listed: %v", len(deps), deps)
+	}
+	for _, d := range deps {
+		for _, banned := range []string{"/internal/tail", "/substrate", "/manifest", "/engine", "cloud.google.com/", "aws-sdk-go"} {
+			if strings.Contains(d, banned) {
+				t.Errorf("wal depends on %s", d)
+			}
+		}
+	}
+}
