@@ -50,6 +50,10 @@ type Rule struct {
 	// ReadBreaksAfter, for a fired read, delivers this many bytes and then fails the
 	// read with Err instead of failing the call that opens it.
 	ReadBreaksAfter int64
+	// Last makes a fired call the driver's last: every call decided after it
+	// fails with Err, as from a machine that died the moment that call was made
+	// (or, with Ambiguous, had landed). SetRules revives the driver.
+	Last bool
 }
 
 // Driver is a substrate.Driver that disturbs the calls its rules select.
@@ -61,6 +65,7 @@ type Driver struct {
 		sync.Mutex
 		rules []*rule
 		rng   *rand.Rand
+		dead  *Rule // set once a Last rule fired
 	}
 }
 
@@ -92,6 +97,7 @@ func (d *Driver) SetRules(rules ...Rule) {
 	}
 	d.mu.Lock()
 	d.mu.rules = compiled
+	d.mu.dead = nil
 	d.mu.Unlock()
 }
 
@@ -112,6 +118,10 @@ func (d *Driver) decide(op substrate.Op, key string) decision {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var dec decision
+	if d.mu.dead != nil {
+		d.injected.Add(1)
+		return decision{fired: d.mu.dead}
+	}
 	for _, r := range d.mu.rules {
 		if (len(r.Ops) > 0 && !slices.Contains(r.Ops, op)) || (r.key != nil && !r.key.MatchString(key)) {
 			continue
@@ -127,6 +137,9 @@ func (d *Driver) decide(op substrate.Op, key string) decision {
 		}
 		if fires {
 			dec.fired = &r.Rule
+			if r.Last {
+				d.mu.dead = &Rule{Err: r.Err}
+			}
 		}
 	}
 	if dec.fired != nil {

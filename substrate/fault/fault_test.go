@@ -179,3 +179,25 @@ func TestAReadCanBreakOffPartWay(t *testing.T) {
 		t.Fatalf("read %d bytes, err %v; want 10 bytes and the injected error", len(got), err)
 	}
 }
+
+// A Last rule's fired call is the driver's last: every call after it fails,
+// whatever it is, until SetRules.
+func TestALastRuleFailsEveryCallAfterIt(t *testing.T) {
+	b, d := newBucket(t, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^b$", Nth: 1, Err: fault.ErrInjected, Ambiguous: true, Last: true})
+	ctx := t.Context()
+	if _, _, err := b.PutIfAbsentBytes(ctx, "a", []byte("before")); err != nil {
+		t.Fatalf("a call before the last one: %v", err)
+	}
+	if _, _, err := b.PutIfAbsentBytes(ctx, "b", []byte("last")); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("the last call: %v; want the injected error", err)
+	}
+	for _, key := range []string{"a", "b", "c"} {
+		if _, _, err := b.Get(ctx, key); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("get %s after the last call: %v; want the injected error", key, err)
+		}
+	}
+	d.SetRules()
+	if data, _, err := b.Get(ctx, "b"); err != nil || string(data) != "last" {
+		t.Fatalf("after SetRules: %q, %v; want the last call's write, landed", data, err)
+	}
+}
