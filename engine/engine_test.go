@@ -9,8 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
@@ -18,10 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.Cleanup(func(int) { stopGCS() }),
+	leakcheck.Main(m, leakcheck.Options{Cleanup: stopGCS,
 		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
 }
 
 // buckets holds one in-memory bucket per engine directory, so that reopening a

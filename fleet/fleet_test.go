@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -20,9 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leakcheck.Main(m, leakcheck.Options{
 		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
 }
 
 // world is machines over one bucket of fake-gcs-server, run as a process and

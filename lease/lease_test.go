@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -17,7 +16,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
 
 var opts = Options{Duration: 30 * time.Second, SkewMargin: 2 * time.Second}
 

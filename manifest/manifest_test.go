@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/substrate"
@@ -22,7 +21,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
 
 // acquire takes the lease of shard "s" for instance "A" with the default options.
 func acquire(t *testing.T, st *Store) *Owner {

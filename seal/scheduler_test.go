@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/l0store/l0/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
 
 // target is a fake shard: its seals take hold, and fail with err when set.
 type target struct {

@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/l0store/l0/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
 
 const partName = "shards/s/parts/test"
 

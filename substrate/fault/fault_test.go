@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/local"
@@ -18,7 +17,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
 
 // Without rules the wrapper must be invisible, also to the errors of a missing bucket,
 // which a local driver whose root was removed gives (a mem driver cannot be missing).

@@ -7,19 +7,19 @@ import (
 	"testing"
 
 	"cloud.google.com/go/storage"
-	"go.uber.org/goleak"
 	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leakcheck.Main(m, leakcheck.Options{
 		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
 }
 
 // TestConformanceInProcess runs the suite against fake-gcs-server served from this
