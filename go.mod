@@ -17,7 +17,6 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	golang.org/x/sys v0.49.0
 	google.golang.org/api v0.315.0
-	pgregory.net/rapid v1.3.0
 )
 
 require (
