@@ -1,7 +1,13 @@
 # l0 — make test runs the tests, make bench the benchmarks. Both build the emulators
 # the tests start (fake-gcs-server, versitygw) on first use; see scripts/emulators.sh.
+#
+# Two modules: the library (.) and the harness (harness/: l0bench, the integration,
+# crash and fault tests, the simulation), a module of its own so that what only it
+# needs never reaches the modules that import l0. ./... is one module's packages, so
+# each target names the module it runs in; $(HARNESS) runs go in harness/.
 
 GO ?= go
+HARNESS = $(GO) -C harness
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
@@ -15,6 +21,7 @@ fuzz-all = for t in $(FUZZ_TARGETS); do GO=$(GO) scripts/fuzz.sh "$${t%%:*}" "$$
 
 test: vet
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
+	$(WITH_EMULATORS) $(HARNESS) test -race -count=1 -timeout 20m ./...
 	$(call fuzz-all,5s)
 
 # Every decoder's fuzz target (part, tail, manifest, WAL page and watermark), 5 m
@@ -24,11 +31,12 @@ fuzz:
 
 # staticcheck is pinned in tools/go.mod, a module of its own so that it never
 # reaches the modules that import l0. go tool -n builds it there and prints its
-# path; it runs here, so that ./... is this module's packages.
+# path; it runs here and in harness/, so that ./... is each module's packages.
 vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	"$$($(GO) -C tools tool -n staticcheck)" ./...
+	$(HARNESS) vet ./...
+	staticcheck="$$($(GO) -C tools tool -n staticcheck)" && "$$staticcheck" ./... && cd harness && "$$staticcheck" ./...
 
 # Builds fake-gcs-server and versitygw at pinned versions into
 # $${L0_EMULATOR_CACHE:-~/.cache/l0/emulators}, once per version.
@@ -36,17 +44,22 @@ emulators:
 	@scripts/emulators.sh
 
 # l0bench's default suite; figures on stdout, one JSON line per result in
-# l0bench-results.jsonl. Flags: go run ./cmd/l0bench -h.
+# l0bench-results.jsonl. Flags: make bench BENCHFLAGS=-h. It is built in harness/
+# and runs here, so that the files it writes land here.
 bench:
-	$(GO) run -ldflags "-X main.commit=$$(git rev-parse --short HEAD 2>/dev/null)" ./cmd/l0bench $(BENCHFLAGS)
+	@bin="$$(mktemp -d)" && trap 'rm -rf "$$bin"' EXIT && \
+	$(HARNESS) build -o "$$bin/l0bench" -ldflags "-X main.commit=$$(git rev-parse --short HEAD 2>/dev/null)" ./cmd/l0bench && \
+	"$$bin/l0bench" $(BENCHFLAGS)
 
-# The substrate drivers' Go benchmarks: 64 KiB objects per driver.
+# The substrate drivers' Go benchmarks: 64 KiB objects per driver (and the GCS
+# driver against fake-gcs-server served in-process, in harness/).
 bench-substrate:
 	$(WITH_EMULATORS) $(GO) test -run '^$$' -bench . -benchtime 2s ./substrate/...
+	$(HARNESS) test -run '^$$' -bench . -benchtime 2s ./internal/fakegcs/
 
 # The kill -9 campaign: hundreds of kill points instead of make test's 20.
 crash:
-	$(GO) test -count=1 -timeout 60m -run 'TestKilled|TestAKilled|TestLocalMode' ./tests/ -args -kills 400
+	$(HARNESS) test -count=1 -timeout 60m -run 'TestKilled|TestAKilled|TestLocalMode' ./tests/ -args -kills 400
 
 # The simulation for SIM_TIME (default 10 minutes) of fresh random seeds, or for
 # SIM_SEEDS seeds, after the fixed ones make test runs; each seed prints, and a
@@ -58,5 +71,5 @@ SIM_SEEDS ?= 0
 SIM_TIME ?= 0s
 # The protocol model follows, with 50 times make test's traces per invariant.
 sim:
-	$(GO) test -count=1 -timeout 0 -v -run 'TestSimulationHoldsTheInvariants$$' ./internal/sim/ -args -sim.time $(SIM_TIME) -sim.seeds $(SIM_SEEDS)
+	$(HARNESS) test -count=1 -timeout 0 -v -run 'TestSimulationHoldsTheInvariants$$' ./internal/sim/ -args -sim.time $(SIM_TIME) -sim.seeds $(SIM_SEEDS)
 	$(GO) test -count=1 -timeout 0 -v -run 'TestTheProtocolModelHoldsItsInvariants$$' ./model/ -args -samples 10000

@@ -17,9 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{Cleanup: stopGCS,
-		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
+	leakcheck.Main(m, leakcheck.Options{Cleanup: stopGCS})
 }
 
 // buckets holds one in-memory bucket per engine directory, so that reopening a

@@ -27,7 +27,7 @@ import (
 )
 
 // The lifecycle tests run against the local-directory substrate and against
-// fake-gcs-server over HTTP (served from this process on a loopback listener).
+// fake-gcs-server over HTTP (the binary, started once for the package).
 var (
 	gcsOnce   sync.Once
 	gcsServer *emulator.GCS
@@ -73,9 +73,9 @@ func localPair(t *testing.T) (substrate.Driver, substrate.Driver) {
 	return a, b
 }
 
-// gcsDriver creates bucket name on the in-process emulator, and a client of it.
+// gcsDriver creates bucket name on the emulator, and a client of it.
 func gcsDriver(t *testing.T, name string) substrate.Driver {
-	gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSInProcess() })
+	gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSProcess() })
 	if gcsErr != nil {
 		t.Fatal(gcsErr)
 	}

@@ -19,9 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{
-		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
+	leakcheck.Main(m, leakcheck.Options{})
 }
 
 // world is machines over one bucket of fake-gcs-server, run as a process and

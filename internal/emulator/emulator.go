@@ -1,7 +1,11 @@
 // Package emulator starts the object-store emulators that tests and l0bench run
-// against: fake-gcs-server in-process or as a process, and versitygw (S3) as a process,
-// all on 127.0.0.1. Binaries come from the paths in L0_FAKE_GCS_SERVER and
-// L0_VERSITYGW, which `make emulators` builds and the Makefile exports.
+// against: fake-gcs-server and versitygw (S3) as processes, on 127.0.0.1. Binaries
+// come from the paths in L0_FAKE_GCS_SERVER and L0_VERSITYGW, which `make emulators`
+// builds and the Makefile exports.
+//
+// fake-gcs-server served from the test process itself is the harness module's
+// (harness/internal/fakegcs): importing it here would put fake-gcs-server and all
+// it needs into the module graph of every module that imports l0.
 package emulator
 
 import (
@@ -18,7 +22,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
-	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/substrate/gcs"
@@ -50,25 +53,9 @@ type GCS struct {
 // is left alone.
 func (g *GCS) Stop() error { return g.stop() }
 
-// StartGCSInProcess serves fake-gcs-server's memory backend from this process over a
-// real loopback listener, so that requests cross HTTP as they would to GCS.
-func StartGCSInProcess() (*GCS, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
-		Scheme:      "http",
-		Host:        "127.0.0.1",
-		Port:        port,
-		ExternalURL: fmt.Sprintf("http://127.0.0.1:%d", port),
-		Writer:      io.Discard,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("emulator: fake-gcs-server in process: %w", err)
-	}
-	return &GCS{Endpoint: srv.URL() + "/storage/v1/", stop: func() error { srv.Stop(); return nil }}, nil
-}
+// NewGCS is a GCS at endpoint (a JSON API base URL) that stop stops: a server the
+// caller started some other way.
+func NewGCS(endpoint string, stop func() error) *GCS { return &GCS{Endpoint: endpoint, stop: stop} }
 
 // NewGCSDriver creates the bucket name on the fake-gcs-server at endpoint (a JSON API
 // base URL, as GCS.Endpoint) and opens a GCS driver on it, both through the GCS

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ var backends = []struct {
 		return d
 	}},
 	{"gcs", func(t *testing.T) substrate.Driver {
-		gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSInProcess() })
+		gcsOnce.Do(func() { gcsServer, gcsErr = emulator.StartGCSProcess() })
 		if gcsErr != nil {
 			t.Fatal(gcsErr)
 		}
@@ -53,6 +54,15 @@ var (
 	gcsErr    error
 	gcsNames  atomic.Int64
 )
+
+// TestMain stops the fake-gcs-server process the gcs backend started.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if gcsServer != nil {
+		gcsServer.Stop()
+	}
+	os.Exit(code)
+}
 
 // forEachBackend runs f on a bucket of each backend, its driver wrapped by wrap.
 func forEachBackend(t *testing.T, f func(t *testing.T, newBucket func(wrap func(substrate.Driver) substrate.Driver) *substrate.Bucket)) {

@@ -17,24 +17,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{
-		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
-}
-
-// TestConformanceInProcess runs the suite against fake-gcs-server served from this
-// process over a real loopback listener.
-func TestConformanceInProcess(t *testing.T) {
-	srv, err := emulator.StartGCSInProcess()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	substratetest.RunConformance(t, conformance(srv.Endpoint))
+	leakcheck.Main(m, leakcheck.Options{})
 }
 
 // TestConformanceProcess runs the suite against the fake-gcs-server binary, or the
-// emulator at STORAGE_EMULATOR_HOST.
+// emulator at STORAGE_EMULATOR_HOST. (The harness module runs it against
+// fake-gcs-server served in-process too: harness/internal/fakegcs.)
 func TestConformanceProcess(t *testing.T) {
 	srv, err := emulator.StartGCSProcess()
 	if err != nil {
@@ -85,7 +73,7 @@ func harness(endpoint string) substratetest.Harness {
 // one request. A bucket deleted later must not stay remembered: the next write finds
 // it missing, and from then on reads say so too.
 func TestABucketDeletedUnderTheDriverIsFoundMissingByTheNextWrite(t *testing.T) {
-	srv, err := emulator.StartGCSInProcess()
+	srv, err := emulator.StartGCSProcess()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,15 +113,6 @@ func TestABucketDeletedUnderTheDriverIsFoundMissingByTheNextWrite(t *testing.T) 
 	if !errors.Is(err, substrate.ErrBucketNotFound) {
 		t.Fatalf("attributes after the put found the bucket missing: err = %v, want ErrBucketNotFound", err)
 	}
-}
-
-func BenchmarkInProcess(b *testing.B) {
-	srv, err := emulator.StartGCSInProcess()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Stop()
-	substratetest.RunBenchmarks(b, harness(srv.Endpoint))
 }
 
 func BenchmarkProcess(b *testing.B) {

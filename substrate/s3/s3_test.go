@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
+	leakcheck.Main(m, leakcheck.Options{})
 }
 
 // TestConformance runs the suite against versitygw started as a process with its

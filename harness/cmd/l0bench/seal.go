@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/harness/internal/fakegcs"
 	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/seal"
@@ -83,7 +84,7 @@ func startGCS() (*remote, error) {
 	if host := os.Getenv("STORAGE_EMULATOR_HOST"); host != "" {
 		return &remote{kind: "gcs", endpoint: "http://" + host + "/storage/v1/", stop: func() {}}, nil
 	}
-	srv, err := emulator.StartGCSInProcess()
+	srv, err := fakegcs.Start()
 	if err != nil {
 		return nil, err
 	}

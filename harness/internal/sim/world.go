@@ -64,7 +64,7 @@ func (r *Result) Failed() bool { return r.Violation != "" }
 func (r *Result) Report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %s\n", r.Seed, r.Violation)
-	fmt.Fprintf(&b, "replay: go test ./internal/sim -run 'TestSimulationHoldsTheInvariants$' -count=1 -v -args -sim.seed=%d\n", r.Seed)
+	fmt.Fprintf(&b, "replay: go -C harness test ./internal/sim -run 'TestSimulationHoldsTheInvariants$' -count=1 -v -args -sim.seed=%d\n", r.Seed)
 	b.WriteString("trace:\n")
 	for _, l := range r.Trace {
 		b.WriteString("  " + l + "\n")

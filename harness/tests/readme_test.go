@@ -21,7 +21,7 @@ var readmeMarker = regexp.MustCompile(`^<!-- example: (\S+) (Example\w*) -->$`)
 // of an Example in the repository, verbatim (one tab of indentation less), so
 // that go vet and go test compile what the README shows.
 func TestEveryGoSnippetInTheREADMEIsCompiled(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestEveryGoSnippetInTheREADMEIsCompiled(t *testing.T) {
 			t.Errorf("README.md:%d: a go block without a marker <!-- example: FILE EXAMPLE --> on the line before it", start)
 			continue
 		}
-		body, err := exampleBody(filepath.Join("..", filepath.FromSlash(m[1])), m[2])
+		body, err := exampleBody(filepath.Join("..", "..", filepath.FromSlash(m[1])), m[2])
 		if err != nil {
 			t.Errorf("README.md:%d: %v", start, err)
 			continue
