@@ -19,7 +19,11 @@ FUZZ_TARGETS = ./internal/part/:FuzzOpenAndRead ./internal/part/:FuzzDecodeWithV
 	./wal/:FuzzDecodePage ./wal/:FuzzDecodeMarks
 fuzz-all = for t in $(FUZZ_TARGETS); do GO=$(GO) scripts/fuzz.sh "$${t%%:*}" "$${t\#\#*:}" $(1) || exit 1; done
 
+# The harness's test of a user module's go.sum works offline, from the module
+# cache: the go list first puts there what go mod tidy loads (tests of
+# dependencies included), once.
 test: vet
+	$(HARNESS) list -e -test -deps all > /dev/null
 	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
 	$(WITH_EMULATORS) $(HARNESS) test -race -count=1 -timeout 20m ./...
 	$(call fuzz-all,5s)
