@@ -15,6 +15,7 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/fleet"
 	"github.com/l0store/l0/shard"
+	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 )
 
@@ -50,6 +51,10 @@ const (
 	// converge bounds, in real time, how long the healed fleet has at the end
 	// to serve every shard.
 	converge = 30 * time.Second
+	// engineRenewal is the engines' RenewEvery (see machine.options).
+	engineRenewal = 500 * time.Millisecond
+	// convergeTick is how far the clocks move every 50 ms of it.
+	convergeTick = 200 * time.Millisecond
 )
 
 // fleetView is what the steps saw of the fleet: the assignment last traced, the
@@ -357,13 +362,23 @@ func (w *world) blackout(id string, n int) {
 	w.tracef("blackout: %v cut off from the object store", cut)
 	w.advance(leaseDuration + skewMargin + time.Second)
 	w.steal(id, n)
+	// The members' reads of the fleet's objects come back last, once their
+	// engines renewed their leases: a leader that read the members first would
+	// find none live, and revoke every shard, the fenced handles too.
 	for _, m := range w.machines {
 		if m.e != nil {
-			m.setRules()
+			m.setRules(fault.Rule{Ops: []substrate.Op{substrate.OpGet}, Key: "^fleet/", Err: errPartitioned})
 			m.partitioned, m.faults = false, ""
 		}
 	}
+	time.Sleep(2 * engineRenewal)
+	for _, m := range w.machines {
+		if m.e != nil {
+			m.setRules()
+		}
+	}
 	w.tracef("blackout: heal %v", cut)
+	w.converge(converge/2, "the blackout")
 }
 
 // readAssignment reads the fleet's published assignment, without faults.
@@ -442,10 +457,7 @@ func (w *world) finishFleet() {
 			}
 		}
 	}
-	// The leases of the engines killed lapse; so may the others', until their
-	// renewals run.
-	w.advance(leaseDuration + skewMargin + time.Second)
-	served := w.converge()
+	served := w.converge(converge, "the fleet healed")
 	if w.res.Failed() {
 		return
 	}
@@ -476,11 +488,14 @@ func (w *world) finishFleet() {
 
 // converge waits, within its bound, until every shard is served by exactly one
 // member and an append to it there is acknowledged, and returns the servers. A
-// shard served by nobody, or by two, at the bound is a violation. The clocks jump
-// past the leases again every few seconds that the fleet has not converged.
-func (w *world) converge() map[string]server {
+// shard served by nobody, or by two, at the bound is a violation. The clocks move
+// on with the real time, faster, by less than a renewal period at a time: the
+// leases of the engines killed lapse, while those of the live ones are renewed
+// (a jump past them would have the leader plan the live members out too, and
+// hide a shard stuck on one).
+func (w *world) converge(bound time.Duration, after string) map[string]server {
 	start := time.Now()
-	lastJump := start
+	lastTrace := start
 	acked := map[string]server{}
 	for {
 		var problems []string
@@ -506,14 +521,16 @@ func (w *world) converge() map[string]server {
 			w.tracef("fleet: converged in %s", time.Since(start).Round(time.Millisecond))
 			return acked
 		}
-		if time.Since(start) > converge {
-			w.violate("liveness: %s after the fleet healed: %s", time.Since(start).Round(time.Second), strings.Join(problems, "; "))
+		if time.Since(start) > bound {
+			w.violate("liveness: %s after %s: %s", time.Since(start).Round(time.Second), after, strings.Join(problems, "; "))
 			return nil
 		}
-		if time.Since(lastJump) > 5*time.Second {
-			lastJump = time.Now()
+		if time.Since(lastTrace) > 5*time.Second {
+			lastTrace = time.Now()
 			w.tracef("fleet: not converged: %s", strings.Join(problems, "; "))
-			w.advance(leaseDuration + skewMargin + time.Second)
+		}
+		for _, m := range w.all() {
+			m.clock.Advance(convergeTick)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
