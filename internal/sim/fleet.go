@@ -170,9 +170,13 @@ func (w *world) joinFleet(m *machine) error {
 	return nil
 }
 
-// abandon ends a membership whose engine is closed or about to close: a Leave
-// that waits for nothing (the context is done) and hands over what is left.
+// abandon ends a membership, if there is one, whose engine is closed or about to
+// close: a Leave that waits for nothing (the context is done) and hands over what
+// is left.
 func abandon(mb *fleet.Membership) {
+	if mb == nil {
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	mb.Leave(ctx)

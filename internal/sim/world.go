@@ -298,9 +298,7 @@ func (w *world) shutdown() {
 			mt := m.e.Metrics()
 			w.tracef("%s: %d tail objects put, %d collected, %d fences written", m.name, mt.TailPuts, mt.TailObjectsCollected, mt.FencesWritten)
 			m.setRules()
-			if m.mb != nil {
-				abandon(m.mb)
-			}
+			abandon(m.mb)
 			m.e.Close()
 			m.bucket.Close()
 			m.farBucket.Close()
