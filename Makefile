@@ -49,8 +49,9 @@ crash:
 	$(GO) test -count=1 -timeout 60m -run 'TestKilled|TestAKilled|TestLocalMode' ./tests/ -args -kills 400
 
 # The simulation for SIM_TIME (default 10 minutes) of fresh random seeds, or for
-# SIM_SEEDS seeds, after the fixed ones make test runs; each seed prints, and a
-# failure prints its trace and the command that replays it.
+# SIM_SEEDS seeds, after the fixed ones make test runs, every other one in fleet
+# mode; each seed prints, and a failure prints its trace and the command that
+# replays it.
 ifeq ($(SIM_SEEDS),)
 SIM_TIME ?= 10m
 endif

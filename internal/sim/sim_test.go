@@ -19,13 +19,20 @@ var (
 	seedsFlag = flag.Int("sim.seeds", 0, "seeds to run after the fixed ones (0: a few)")
 	timeFlag  = flag.Duration("sim.time", 0, "run fresh seeds for this long instead")
 	stepsFlag = flag.Int("sim.steps", 0, "steps per run (0: the default)")
+	fleetFlag = flag.Bool("sim.fleet", false, "fleet mode only: replay -sim.seed in it, or run only its seeds, fixed and fresh")
 )
 
 // fixedSeeds run in every make test; each has caught, or covers, something.
 var fixedSeeds = []uint64{1, 2, 3, 4, 5, 6}
 
-// TestSimulationHoldsTheInvariants runs the fixed seeds, then fresh random ones
-// (printed, so that a failure replays), or the seed given with -sim.seed.
+// fleetSeeds run in fleet mode (Config.Fleet) in every make test; 1 and 3 catch
+// a member that claims, and keeps, a fenced handle of a shard assigned to it
+// (the stale claim), as a liveness violation after a blackout.
+var fleetSeeds = []uint64{1, 2, 3}
+
+// TestSimulationHoldsTheInvariants runs the fixed seeds, those of fleet mode, then
+// fresh random ones, every other one in fleet mode (printed, so that a failure
+// replays), or the seed given with -sim.seed (and -sim.fleet).
 func TestSimulationHoldsTheInvariants(t *testing.T) {
 	var total tally
 	defer func() {
@@ -33,11 +40,16 @@ func TestSimulationHoldsTheInvariants(t *testing.T) {
 	}()
 	total.start, total.faults = time.Now(), map[string]int{}
 	if *seedFlag != 0 {
-		run(t, *seedFlag, &total)
+		run(t, *seedFlag, *fleetFlag, &total)
 		return
 	}
-	for _, s := range fixedSeeds {
-		run(t, s, &total)
+	if !*fleetFlag {
+		for _, s := range fixedSeeds {
+			run(t, s, false, &total)
+		}
+	}
+	for _, s := range fleetSeeds {
+		run(t, s, true, &total)
 	}
 	fresh := *seedsFlag
 	if fresh == 0 && *timeFlag == 0 {
@@ -45,7 +57,7 @@ func TestSimulationHoldsTheInvariants(t *testing.T) {
 	}
 	deadline := time.Now().Add(*timeFlag)
 	for i := 0; i < fresh || time.Now().Before(deadline); i++ {
-		run(t, rand.Uint64()%1_000_000_000+1000, &total)
+		run(t, rand.Uint64()%1_000_000_000+1000, *fleetFlag || i%2 == 1, &total)
 	}
 }
 
@@ -56,15 +68,19 @@ type tally struct {
 	faults            map[string]int
 }
 
-func run(t *testing.T, seed uint64, total *tally) {
+func run(t *testing.T, seed uint64, fleet bool, total *tally) {
 	t.Helper()
 	start := time.Now()
-	r := Run(Config{Seed: seed, Steps: *stepsFlag})
+	r := Run(Config{Seed: seed, Steps: *stepsFlag, Fleet: fleet})
 	total.seeds, total.steps, total.ops = total.seeds+1, total.steps+r.Steps, total.ops+r.Ops
 	for k, n := range r.Faults {
 		total.faults[k] += n
 	}
-	t.Logf("seed %d: %d steps, %d operations, faults %v, %.1fs", seed, r.Steps, r.Ops, r.Faults, time.Since(start).Seconds())
+	mode := ""
+	if fleet {
+		mode = " (fleet)"
+	}
+	t.Logf("seed %d%s: %d steps, %d operations, faults %v, %.1fs", seed, mode, r.Steps, r.Ops, r.Faults, time.Since(start).Seconds())
 	if r.Failed() {
 		t.Fatal(r.Report())
 	}
