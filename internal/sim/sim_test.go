@@ -91,16 +91,29 @@ func run(t *testing.T, seed uint64, fleet bool, total *tally) {
 
 // TestTheSimulationCatchesEachBrokenGuard builds the engine with the l0broken
 // tag and, for each of the guards the promises rest on, switches it off and runs
-// the fixed seeds: one of them must report a broken promise.
+// the fixed seeds, then those of fleet mode: one of them must report a broken
+// promise.
 func TestTheSimulationCatchesEachBrokenGuard(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "sim-broken.test")
 	if out, err := exec.Command("go", "test", "-c", "-tags", "l0broken", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the broken engine: %v\n%s", err, out)
 	}
+	type seeded struct {
+		seed  uint64
+		fleet bool
+	}
+	var seeds []seeded
+	for _, s := range fixedSeeds {
+		seeds = append(seeds, seeded{s, false})
+	}
+	for _, s := range fleetSeeds {
+		seeds = append(seeds, seeded{s, true})
+	}
 	for _, g := range broken.Guards {
 		caught := false
-		for _, seed := range fixedSeeds {
-			cmd := exec.Command(bin, "-test.run", "^TestSimulationHoldsTheInvariants$", "-test.count=1", fmt.Sprintf("-sim.seed=%d", seed))
+		for _, s := range seeds {
+			cmd := exec.Command(bin, "-test.run", "^TestSimulationHoldsTheInvariants$", "-test.count=1",
+				fmt.Sprintf("-sim.seed=%d", s.seed), fmt.Sprintf("-sim.fleet=%v", s.fleet))
 			cmd.Env = append(os.Environ(), "L0_BROKEN="+string(g))
 			out, err := cmd.CombinedOutput()
 			if err == nil {
@@ -108,10 +121,14 @@ func TestTheSimulationCatchesEachBrokenGuard(t *testing.T) {
 			}
 			_, violation, ok := strings.Cut(string(out), "VIOLATION: ")
 			if !ok {
-				t.Fatalf("%s, seed %d: the run failed without naming a broken promise:\n%s", g, seed, out)
+				t.Fatalf("%s, seed %d (fleet %v): the run failed without naming a broken promise:\n%s", g, s.seed, s.fleet, out)
 			}
 			line, _, _ := strings.Cut(violation, "\n")
-			t.Logf("%s: caught by seed %d: %s", g, seed, line)
+			mode := ""
+			if s.fleet {
+				mode = " in fleet mode"
+			}
+			t.Logf("%s: caught by seed %d%s: %s", g, s.seed, mode, line)
 			caught = true
 			break
 		}
