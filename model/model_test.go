@@ -156,7 +156,7 @@ var chainBrokenVariants = []brokenVariant{
 	{"broken_ack_before_chain", "AckedIsReadable", 10, 1000},
 	{"broken_ignore_marks", "AckedIsReadable", 1, 500},
 	{"broken_read_one_incarnation", "AckedIsReadable", 1, 1000},
-	{"broken_restart_keeps_epoch", "AckedIsReadable", 16, 3000},
+	{"broken_restart_keeps_epoch", "AckedIsReadable", 4, 2500},
 	{"broken_blind_retry", "ReincarnationIsOneWrite", 1, 500},
 	{"broken_collect_dead_without_fence", "AckedIsReadable", 1, 1500},
 	{"broken_skip_fence", "AckedIsReadable", 1, 500},
