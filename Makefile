@@ -57,7 +57,9 @@ SIM_TIME ?= 10m
 endif
 SIM_SEEDS ?= 0
 SIM_TIME ?= 0s
-# The protocol model follows, with 50 times make test's traces per invariant.
+# The models follow: the protocol model with 50 times make test's traces per
+# invariant, the chain model with 10 times.
 sim:
 	$(GO) test -count=1 -timeout 0 -v -run 'TestSimulationHoldsTheInvariants$$' ./internal/sim/ -args -sim.time $(SIM_TIME) -sim.seeds $(SIM_SEEDS)
+	$(GO) test -count=1 -timeout 0 -v -run 'TestTheChainModelHoldsItsInvariants$$' ./model/ -args -samples 2000
 	$(GO) test -count=1 -timeout 0 -v -run 'TestTheProtocolModelHoldsItsInvariants$$' ./model/ -args -samples 10000
