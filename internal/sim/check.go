@@ -296,9 +296,8 @@ func isPart(key string) bool {
 
 func (w *world) anyDamage() bool { return len(w.o.damaged) > 0 }
 
-// finish heals the fleet, lets every lease run out, and reads each shard whole on
-// its owner (opening it where no one has it), then checks linearizability.
-func (w *world) finish() {
+// healAll ends every running machine's partition and faults.
+func (w *world) healAll() {
 	for _, m := range w.machines {
 		if m.e != nil {
 			m.setRules()
@@ -306,6 +305,12 @@ func (w *world) finish() {
 		}
 	}
 	w.tracef("heal every machine")
+}
+
+// finish heals the fleet, lets every lease run out, and reads each shard whole on
+// its owner (opening it where no one has it), then checks linearizability.
+func (w *world) finish() {
+	w.healAll()
 	for _, id := range w.shards {
 		w.readWhole(id)
 		if w.res.Failed() {

@@ -194,14 +194,8 @@ func (w *world) fleetStep(i int) {
 		w.leave(m)
 	case "kill":
 		w.kill(m, id, d.n, int(d.x%3)*40)
-	case "partition":
-		w.partition(m)
-	case "flaky":
-		w.flaky(m, d.x)
-	case "time":
-		w.advance(leaseDuration + skewMargin + time.Second)
-	case "tick":
-		w.advance(time.Duration(d.x%500) * time.Millisecond)
+	case "partition", "flaky", "time", "tick":
+		w.machineStep(d.kind, m, d.x)
 	case "steal":
 		w.steal(id, d.n)
 	case "blackout":
@@ -446,13 +440,7 @@ func (w *world) watchFleet() {
 // be served by exactly one member and to take an append; then it reads each shard
 // whole there, and checks linearizability.
 func (w *world) finishFleet() {
-	for _, m := range w.machines {
-		if m.e != nil {
-			m.setRules()
-			m.partitioned, m.faults = false, ""
-		}
-	}
-	w.tracef("heal every machine")
+	w.healAll()
 	for _, m := range w.machines {
 		if m.e == nil {
 			w.join(m)

@@ -137,14 +137,8 @@ func (w *world) step(i int) {
 		w.release(m, id, "retire", true)
 	case "crash":
 		w.crash(m, id, d.n, int(d.x%3)*40)
-	case "partition":
-		w.partition(m)
-	case "flaky":
-		w.flaky(m, d.x)
-	case "time":
-		w.advance(leaseDuration + skewMargin + time.Second)
-	case "tick":
-		w.advance(time.Duration(d.x%500) * time.Millisecond)
+	case "partition", "flaky", "time", "tick":
+		w.machineStep(d.kind, m, d.x)
 	case "corrupt":
 		w.corrupt(d.x)
 	case "attach":
@@ -155,6 +149,21 @@ func (w *world) step(i int) {
 	w.tails.check(w)
 	if !w.res.Failed() {
 		w.extraStep(i)
+	}
+}
+
+// machineStep runs the steps both modes share: a machine's partition or its
+// heal, its flaky calls, and the clocks' moves.
+func (w *world) machineStep(kind string, m *machine, x uint64) {
+	switch kind {
+	case "partition":
+		w.partition(m)
+	case "flaky":
+		w.flaky(m, x)
+	case "time":
+		w.advance(leaseDuration + skewMargin + time.Second)
+	case "tick":
+		w.advance(time.Duration(x%500) * time.Millisecond)
 	}
 }
 
