@@ -66,14 +66,17 @@ crash:
 	$(HARNESS) test -count=1 -timeout 60m -run 'TestKilled|TestAKilled|TestLocalMode' ./tests/ -args -kills 400
 
 # The simulation for SIM_TIME (default 10 minutes) of fresh random seeds, or for
-# SIM_SEEDS seeds, after the fixed ones make test runs; each seed prints, and a
-# failure prints its trace and the command that replays it.
+# SIM_SEEDS seeds, after the fixed ones make test runs, every other one in fleet
+# mode; each seed prints, and a failure prints its trace and the command that
+# replays it.
 ifeq ($(SIM_SEEDS),)
 SIM_TIME ?= 10m
 endif
 SIM_SEEDS ?= 0
 SIM_TIME ?= 0s
-# The protocol model follows, with 50 times make test's traces per invariant.
+# The models follow: the protocol model with 50 times make test's traces per
+# invariant, the chain model with 10 times.
 sim:
 	$(HARNESS) test -count=1 -timeout 0 -v -run 'TestSimulationHoldsTheInvariants$$' ./internal/sim/ -args -sim.time $(SIM_TIME) -sim.seeds $(SIM_SEEDS)
+	$(GO) test -count=1 -timeout 0 -v -run 'TestTheChainModelHoldsItsInvariants$$' ./model/ -args -samples 2000
 	$(GO) test -count=1 -timeout 0 -v -run 'TestTheProtocolModelHoldsItsInvariants$$' ./model/ -args -samples 10000

@@ -29,8 +29,11 @@ func (e *Engine) newEvents() event.Listener {
 // again, and logs the parts in doubt it leaves: nothing else will say they may
 // lack their copies.
 func (e *Engine) shardClosed(id string, inDoubt []manifest.Part) {
-	e.forget(id)
+	// The tail forgets the shard's pages before the engine does: once forget
+	// returns, an OpenShard of the same shard may give the tail its backlog,
+	// which a later Drop would throw away.
 	e.tail.Drop(id)
+	e.forget(id)
 	for _, p := range inDoubt {
 		e.opts.Logger.Warn("engine: a part whose commit had an unknown outcome was not settled before the shard closed: if it was committed, it lacks its copies until BackfillUnderReplicated",
 			"shard", id, "part", p.Key)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -86,9 +85,7 @@ func TestAStandInUnderALetGoTokenDoesNotCostTheLiveEngineItsLease(t *testing.T) 
 	eA := open(t, optsA)
 	openShard(t, eA, "y")
 	backup := filepath.Join(t.TempDir(), "backup")
-	if err := os.CopyFS(backup, os.DirFS(dirA)); err != nil {
-		t.Fatal(err)
-	}
+	copyLiveDir(t, backup, dirA)
 	appendBatches(t, openShard(t, eA, "w"), 2)
 	refuseShardWrites(fa)
 	t.Logf("A's machine lost (its Close fails): %v", eA.Close())

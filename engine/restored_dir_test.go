@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -28,9 +27,7 @@ func TestARestoredDirLetsGoOfShardsItDoesNotKnow(t *testing.T) {
 	eA := open(t, optsA)
 	openShard(t, eA, "y")
 	backup := filepath.Join(t.TempDir(), "backup")
-	if err := os.CopyFS(backup, os.DirFS(dirA)); err != nil {
-		t.Fatal(err)
-	}
+	copyLiveDir(t, backup, dirA)
 	appendBatches(t, openShard(t, eA, "w"), 2)
 	refuseShardWrites(fa)
 	t.Logf("A's machine lost (its Close fails): %v", eA.Close())
@@ -81,9 +78,7 @@ func TestARestoredDirReadsWhatTheOriginalAcknowledgedAfterTheCopy(t *testing.T) 
 			y := openShard(t, eA, "y")
 			want := appendBatches(t, y, 2)
 			backup := filepath.Join(t.TempDir(), "backup")
-			if err := os.CopyFS(backup, os.DirFS(dirA)); err != nil {
-				t.Fatal(err)
-			}
+			copyLiveDir(t, backup, dirA)
 			want = append(want, appendBatches(t, y, 2)...)
 			if lost {
 				refuseShardWrites(fa)

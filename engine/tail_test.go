@@ -151,17 +151,25 @@ func TestTailObjectsAreCollectedOnceSealed(t *testing.T) {
 			t.Fatalf("b read back %q on machine B after collection passes, want %q", got, wantB)
 		}
 		waitFor(t, 5*time.Second, "b's backlog sealed on B", func() bool { return bB.Info().Sealed == uint64(len(wantB)) })
-		waitFor(t, 5*time.Second, "A's stream collected to its last object", func() bool {
-			var left int
+		// A liveness bound only: under a loaded -race run, passes every 20 ms
+		// can take seconds.
+		var left []string
+		logged := -1
+		waitFor(t, 30*time.Second, "A's stream collected to its last object", func() bool {
+			left = left[:0]
 			for e, err := range bucket.ListAll(ctx, "tail/"+eA.Instance()+"/") {
 				if err != nil {
 					t.Fatal(err)
 				}
 				if e.Size > 0 {
-					left++
+					left = append(left, e.Key)
 				}
 			}
-			return left == 1
+			if len(left) != 1 && len(left) != logged {
+				t.Logf("A's data objects left: %v", left)
+				logged = len(left)
+			}
+			return len(left) == 1
 		})
 		// Everything but the last object, of at least A's objects listed before
 		// the move (13 flushes may merge into as few as 10). A pass counts what

@@ -18,6 +18,7 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/internal/broken"
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
@@ -349,7 +350,7 @@ func (m *Membership) claim(ctx context.Context) error {
 	m.mu.Lock()
 	var ids []string
 	for id, sh := range m.mu.open {
-		if !sh.Fenced() {
+		if !sh.Fenced() || broken.Is(broken.StaleClaim) {
 			ids = append(ids, id)
 		}
 	}
@@ -381,7 +382,7 @@ func (m *Membership) follow(ctx context.Context, a Assignment) {
 			continue
 		}
 		if a[id] == m.id {
-			if sh.Fenced() {
+			if sh.Fenced() && !broken.Is(broken.StaleClaim) {
 				m.mu.draining[id] = true
 				m.wg.Go(func() { m.drop(id, sh) })
 			}

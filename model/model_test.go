@@ -138,6 +138,7 @@ var chainInvariants = []string{
 	"NothingAckedPastAFence",
 	"AckedOnlyInTheChain",
 	"ReincarnationIsOneWrite",
+	"CollectionSparesNeeded",
 }
 
 // TestTheChainModelHoldsItsInvariants runs the reincarnation protocol (module
@@ -154,9 +155,12 @@ var chainBrokenVariants = []brokenVariant{
 	{"broken_no_mark", "AckedIsReadable", 1, 500},
 	{"broken_ack_before_chain", "AckedIsReadable", 10, 1000},
 	{"broken_ignore_marks", "AckedIsReadable", 1, 500},
-	{"broken_read_one_incarnation", "AckedIsReadable", 2, 3000},
-	{"broken_restart_keeps_epoch", "AckedIsReadable", 16, 3000},
+	{"broken_read_one_incarnation", "AckedIsReadable", 1, 1000},
+	{"broken_restart_keeps_epoch", "AckedIsReadable", 4, 2500},
 	{"broken_blind_retry", "ReincarnationIsOneWrite", 1, 500},
+	{"broken_collect_dead_without_fence", "AckedIsReadable", 1, 1500},
+	{"broken_skip_fence", "AckedIsReadable", 1, 500},
+	{"broken_collect_needed", "CollectionSparesNeeded", 1, 500},
 }
 
 // TestTheChainModelCatchesEachBrokenVariant runs each broken variant of

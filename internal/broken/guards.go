@@ -21,7 +21,10 @@ const (
 	// OneIncarnation reads a shard's history in its pointer's incarnation alone,
 	// not through the chain.
 	OneIncarnation Guard = "one-incarnation"
+	// StaleClaim has a fleet member keep, and claim, a fenced handle of a shard
+	// assigned to it: the leader keeps the shard there, where nobody serves it.
+	StaleClaim Guard = "stale-claim"
 )
 
 // Guards lists them all.
-var Guards = []Guard{AckBeforeSync, SkipFence, CollectNeeded, ReuseOffset, UnlistedIncarnation, OneIncarnation}
+var Guards = []Guard{AckBeforeSync, SkipFence, CollectNeeded, ReuseOffset, UnlistedIncarnation, OneIncarnation, StaleClaim}

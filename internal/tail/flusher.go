@@ -206,13 +206,13 @@ func (f *Flusher) Add(shard string, epoch, first uint64, recs [][]byte) *Ticket 
 		return t
 	}
 	b := f.current()
-	if len(b.tickets) == 0 {
-		b.added = f.opts.Clock.Now()
-	}
 	i, ok := b.index[shard]
 	if ok && (b.sections[i].Epoch != epoch || b.sections[i].First+uint64(len(b.sections[i].Records)) != first) {
 		b = f.next()
 		ok = false
+	}
+	if len(b.tickets) == 0 {
+		b.added = t.given // the batch's age, which bounds Local mode's window
 	}
 	if !ok {
 		i = len(b.sections)

@@ -27,8 +27,8 @@ const suffixBytes = 64 << 10
 // ReadShard returns, in sequence order, the shard's sections in the objects of the
 // instance's stream incarnation from sequence from up to the fence at until. The
 // read starts at the first object at or after from (Collect deletes a stream's
-// objects from its start), and from there every sequence up to until must hold an
-// object. With until = NoFence it reads up to the first sequence that holds
+// objects from its start; a late fencer may fill what it deleted with fences), and
+// from there every sequence up to until must hold an object. With until = NoFence it reads up to the first sequence that holds
 // nothing, and stops at a fence.
 //
 // It lists the stream once for the objects and their sizes, then reads up to 8
@@ -73,6 +73,12 @@ func listFrom(ctx context.Context, b *substrate.Bucket, instance string, incarna
 			return nil, err
 		case until != NoFence && o.Sequence >= until:
 			return out, complete(out, until, instance, incarnation)
+		case o.Size == 0 && len(out) == 0 && until != NoFence:
+			// A fence below the end before any object: a fencer that still saw
+			// the incarnation live filled sequences collection had emptied
+			// (Fence fills every empty one down to the writer's last object).
+			// It stands for what was collected there.
+			continue
 		case len(out) > 0 && o.Sequence != next(), o.Size == 0:
 			if until == NoFence {
 				return out, nil // the stream's end: a gap, or a fence

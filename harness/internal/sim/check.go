@@ -95,7 +95,9 @@ func (o *oracle) opened(m *machine, sh *shard.Shard, id string) {
 	}
 }
 
-func (o *oracle) append(m *machine, sh *shard.Shard, id string, recs [][]byte) {
+// append appends recs to shard id through m's handle sh, and reports whether it
+// was acknowledged.
+func (o *oracle) append(m *machine, sh *shard.Shard, id string, recs [][]byte) bool {
 	strs := make([]string, len(recs))
 	o.mu.Lock()
 	for i, r := range recs {
@@ -123,7 +125,7 @@ func (o *oracle) append(m *machine, sh *shard.Shard, id string, recs [][]byte) {
 	o.history = append(o.history, porcupine.Operation{ClientId: 0, Input: appendIn{id, strs}, Call: call, Output: out, Return: ret})
 	if err != nil {
 		o.w.tracef("append %s on %s (%d records): %v", id, m.name, len(recs), err)
-		return
+		return false
 	}
 	o.w.tracef("append %s on %s: %d records at %d (epoch %d)", id, m.name, len(recs), first, epoch)
 	if t.newest > epoch && t.newestAt < call {
@@ -132,6 +134,7 @@ func (o *oracle) append(m *machine, sh *shard.Shard, id string, recs [][]byte) {
 	for i, r := range strs {
 		o.hold(id, first+uint64(i), held{r, m.mode == engine.Local, epoch, m.name}, "acknowledged by "+m.name)
 	}
+	return true
 }
 
 // held is a record known durable at an offset. A soft one was acknowledged, or
@@ -293,9 +296,8 @@ func isPart(key string) bool {
 
 func (w *world) anyDamage() bool { return len(w.o.damaged) > 0 }
 
-// finish heals the fleet, lets every lease run out, and reads each shard whole on
-// its owner (opening it where no one has it), then checks linearizability.
-func (w *world) finish() {
+// healAll ends every running machine's partition and faults.
+func (w *world) healAll() {
 	for _, m := range w.machines {
 		if m.e != nil {
 			m.setRules()
@@ -303,6 +305,12 @@ func (w *world) finish() {
 		}
 	}
 	w.tracef("heal every machine")
+}
+
+// finish heals the fleet, lets every lease run out, and reads each shard whole on
+// its owner (opening it where no one has it), then checks linearizability.
+func (w *world) finish() {
+	w.healAll()
 	for _, id := range w.shards {
 		w.readWhole(id)
 		if w.res.Failed() {
@@ -408,17 +416,7 @@ func (w *world) readWhole(id string) {
 			w.openShard(w.machines[attempt%len(w.machines)], id)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var got []string
-		var err error
-		for rec, rerr := range sh.Read(ctx, 0) {
-			if rerr != nil {
-				err = rerr
-				break
-			}
-			got = append(got, string(rec.Value))
-		}
-		cancel()
+		got, err := readAll(sh)
 		if err != nil {
 			w.tracef("final read %s on %s: %v", id, owner.name, err)
 			if errors.Is(err, manifest.ErrLeaseExpired) {
@@ -428,46 +426,67 @@ func (w *world) readWhole(id string) {
 			w.release(owner, id, "close", false)
 			continue
 		}
-		w.o.mu.Lock()
-		defer w.o.mu.Unlock()
-		t := w.o.truth(id)
-		w.tracef("final read %s on %s: %d records, %d held", id, owner.name, len(got), len(t.held))
-		if w.o.damaged[id] {
-			return
-		}
-		seen := map[string]bool{}
-		for off, r := range got {
-			if seen[r] {
-				w.violate("final read %s: %s twice, again at %d", id, short(r), off)
-				return
-			}
-			seen[r] = true
-		}
-		epoch := sh.Info().Epoch
-		for off := range uint64(len(got)) {
-			if h, ok := t.held[off]; ok && h.rec != got[off] && t.mayLose(h, epoch) {
-				w.o.loseSoft(id, off, epoch)
-			}
-		}
-		for off, h := range t.held {
-			if off >= uint64(len(got)) && t.mayLose(h, epoch) {
-				w.o.loseSoft(id, off, epoch)
-			}
-		}
-		for off, h := range t.held {
-			if off >= uint64(len(got)) {
-				w.violate("final read %s on %s: durable offset %d (%s) lost: %d records", id, owner.name, off, short(h.rec), len(got))
-				return
-			}
-			if got[off] != h.rec {
-				w.violate("final read %s on %s: durable offset %d holds %s, want %s", id, owner.name, off, short(got[off]), short(h.rec))
-				return
-			}
-		}
+		w.checkWhole(id, owner, sh, got)
 		return
 	}
 	if !w.o.damaged[id] {
 		w.violate("shard %s could not be read whole on any machine", id)
+	}
+}
+
+// readAll reads sh from 0 to its end.
+func readAll(sh *shard.Shard) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got []string
+	for rec, err := range sh.Read(ctx, 0) {
+		if err != nil {
+			return got, err
+		}
+		got = append(got, string(rec.Value))
+	}
+	return got, nil
+}
+
+// checkWhole checks got, shard id read whole through owner's handle sh: each
+// record once, and every durable offset there, as it was acknowledged or read
+// (but for a Local-mode owner's window another machine's epoch may have lost).
+func (w *world) checkWhole(id string, owner *machine, sh *shard.Shard, got []string) {
+	w.o.mu.Lock()
+	defer w.o.mu.Unlock()
+	t := w.o.truth(id)
+	w.tracef("final read %s on %s: %d records, %d held", id, owner.name, len(got), len(t.held))
+	if w.o.damaged[id] {
+		return
+	}
+	seen := map[string]bool{}
+	for off, r := range got {
+		if seen[r] {
+			w.violate("final read %s: %s twice, again at %d", id, short(r), off)
+			return
+		}
+		seen[r] = true
+	}
+	epoch := sh.Info().Epoch
+	for off := range uint64(len(got)) {
+		if h, ok := t.held[off]; ok && h.rec != got[off] && t.mayLose(h, epoch) {
+			w.o.loseSoft(id, off, epoch)
+		}
+	}
+	for off, h := range t.held {
+		if off >= uint64(len(got)) && t.mayLose(h, epoch) {
+			w.o.loseSoft(id, off, epoch)
+		}
+	}
+	for off, h := range t.held {
+		if off >= uint64(len(got)) {
+			w.violate("final read %s on %s: durable offset %d (%s) lost: %d records", id, owner.name, off, short(h.rec), len(got))
+			return
+		}
+		if got[off] != h.rec {
+			w.violate("final read %s on %s: durable offset %d holds %s, want %s", id, owner.name, off, short(got[off]), short(h.rec))
+			return
+		}
 	}
 }
 

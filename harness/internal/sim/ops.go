@@ -17,11 +17,14 @@ import (
 	"github.com/l0store/l0/substrate/fault"
 )
 
-// kinds of step, with their weights.
-var kinds = []struct {
+// kind is a kind of step and its weight in the schedule.
+type kind struct {
 	name   string
 	weight int
-}{
+}
+
+// kinds of step, with their weights.
+var kinds = []kind{
 	{"burst", 48},    // appends and reads at once, on any machines
 	{"open", 10},     // a machine opens a shard (a move, if another has it)
 	{"seal", 5},      // a machine seals a shard it has open
@@ -62,11 +65,11 @@ type draw struct {
 func (w *world) drawOne() draw {
 	d := draw{machine: w.rng.IntN(len(w.machines)), shard: w.rng.IntN(len(w.shards)), n: 1 + w.rng.IntN(4), x: w.rng.Uint64()}
 	total := 0
-	for _, k := range kinds {
+	for _, k := range w.kinds {
 		total += k.weight
 	}
 	r := w.rng.IntN(total)
-	for _, k := range kinds {
+	for _, k := range w.kinds {
 		if r < k.weight {
 			d.kind = k.name
 			break
@@ -134,14 +137,8 @@ func (w *world) step(i int) {
 		w.release(m, id, "retire", true)
 	case "crash":
 		w.crash(m, id, d.n, int(d.x%3)*40)
-	case "partition":
-		w.partition(m)
-	case "flaky":
-		w.flaky(m, d.x)
-	case "time":
-		w.advance(leaseDuration + skewMargin + time.Second)
-	case "tick":
-		w.advance(time.Duration(d.x%500) * time.Millisecond)
+	case "partition", "flaky", "time", "tick":
+		w.machineStep(d.kind, m, d.x)
 	case "corrupt":
 		w.corrupt(d.x)
 	case "attach":
@@ -152,6 +149,21 @@ func (w *world) step(i int) {
 	w.tails.check(w)
 	if !w.res.Failed() {
 		w.extraStep(i)
+	}
+}
+
+// machineStep runs the steps both modes share: a machine's partition or its
+// heal, its flaky calls, and the clocks' moves.
+func (w *world) machineStep(kind string, m *machine, x uint64) {
+	switch kind {
+	case "partition":
+		w.partition(m)
+	case "flaky":
+		w.flaky(m, x)
+	case "time":
+		w.advance(leaseDuration + skewMargin + time.Second)
+	case "tick":
+		w.advance(time.Duration(x%500) * time.Millisecond)
 	}
 }
 
@@ -328,7 +340,7 @@ func (w *world) advance(d time.Duration) {
 	if d >= leaseDuration {
 		w.res.Faults["lease expiry"]++
 	}
-	for _, m := range w.machines {
+	for _, m := range w.all() {
 		m.clock.Advance(d)
 	}
 	w.tracef("clocks +%s", d)

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/l0store/l0/engine"
+	"github.com/l0store/l0/fleet"
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/internal/testfs"
 	"github.com/l0store/l0/manifest"
@@ -45,11 +47,15 @@ type Config struct {
 	Machines int
 	// Shards is how many shards the fleet writes; default 3.
 	Shards int
+	// Fleet runs the machines as members of a fleet, which places the shards
+	// (see fleet.go); a schedule of its own, with seeds of its own.
+	Fleet bool
 }
 
 // Result is what a run did and, if it broke a promise, how.
 type Result struct {
 	Seed       uint64
+	Fleet      bool
 	Steps, Ops int            // steps of the schedule, operations that applied
 	Faults     map[string]int // faults injected, by kind
 	Trace      []string
@@ -64,7 +70,11 @@ func (r *Result) Failed() bool { return r.Violation != "" }
 func (r *Result) Report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %s\n", r.Seed, r.Violation)
-	fmt.Fprintf(&b, "replay: go -C harness test ./internal/sim -run 'TestSimulationHoldsTheInvariants$' -count=1 -v -args -sim.seed=%d\n", r.Seed)
+	mode := ""
+	if r.Fleet {
+		mode = " -sim.fleet"
+	}
+	fmt.Fprintf(&b, "replay: go -C harness test ./internal/sim -run 'TestSimulationHoldsTheInvariants$' -count=1 -v -args -sim.seed=%d%s\n", r.Seed, mode)
 	b.WriteString("trace:\n")
 	for _, l := range r.Trace {
 		b.WriteString("  " + l + "\n")
@@ -91,6 +101,11 @@ type world struct {
 	store    *mem.Driver // the authority, and the tail's replica
 	far      *mem.Driver // a second replica machines attach
 	machines []*machine
+	// outsider, in fleet mode, is a machine outside the fleet that takes
+	// shards over by hand (see steal).
+	outsider *machine
+	kinds    []kind // the schedule's steps, with their weights
+	fleet    *fleetView
 	shards   []string
 	o        *oracle
 	tails    *tails
@@ -116,6 +131,7 @@ type machine struct {
 	mode      engine.Durability
 	e         *engine.Engine
 	open      map[string]*shard.Shard
+	mb        *fleet.Membership // in fleet mode, while the engine is a member
 	// partitioned is set while every call of the client fails; faults while
 	// slow or ambiguous calls are injected.
 	partitioned bool
@@ -137,7 +153,7 @@ func Run(cfg Config) *Result {
 	}
 	w := &world{
 		rng: rng, extra: rand.New(rand.NewPCG(cfg.Seed, 0xe7a5)), store: mem.New(), far: mem.New(), start: time.Now(),
-		res: &Result{Seed: cfg.Seed, Faults: map[string]int{}},
+		res: &Result{Seed: cfg.Seed, Fleet: cfg.Fleet, Faults: map[string]int{}}, kinds: kinds,
 	}
 	w.o = newOracle(w)
 	var err error
@@ -149,28 +165,49 @@ func Run(cfg Config) *Result {
 		w.shards = append(w.shards, fmt.Sprintf("s%d", i))
 	}
 	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	for i := range cfg.Machines {
+	newMachine := func(name string) *machine {
 		// Clocks disagree by less than the skew margin, as the lease argument
 		// assumes.
 		skew := time.Duration(rng.Int64N(int64(skewMargin/2))) - skewMargin/4
-		m := &machine{name: fmt.Sprintf("m%d", i), fs: vfs.NewCrashableMem(), clock: testclock.NewAt(base.Add(skew)), mode: engine.Durability(rng.IntN(2))}
-		w.machines = append(w.machines, m)
+		m := &machine{name: name, fs: vfs.NewCrashableMem(), clock: testclock.NewAt(base.Add(skew)), mode: engine.Durability(rng.IntN(2))}
 		w.tracef("%s joins (%s mode, clock %+v)", m.name, m.mode, skew)
+		return m
+	}
+	for i := range cfg.Machines {
+		m := newMachine(fmt.Sprintf("m%d", i))
+		w.machines = append(w.machines, m)
 		if err := w.boot(m); err != nil {
 			w.violate("%s: first open: %v", m.name, err)
 			return w.res
 		}
 	}
 	defer w.shutdown()
-	for step := range cfg.Steps {
-		w.res.Steps = step + 1
-		w.step(step)
+	step, finish := w.step, w.finish
+	if cfg.Fleet {
+		w.outsider = newMachine("x")
+		if err := w.startFleet(); err != nil {
+			w.violate("%v", err)
+			return w.res
+		}
+		step, finish = w.fleetStep, w.finishFleet
+	}
+	for i := range cfg.Steps {
+		w.res.Steps = i + 1
+		step(i)
 		if w.res.Failed() {
 			return w.res
 		}
 	}
-	w.finish()
+	finish()
 	return w.res
+}
+
+// all are the machines, and the outsider if there is one.
+func (w *world) all() []*machine {
+	if w.outsider == nil {
+		return w.machines
+	}
+	return append(slices.Clone(w.machines), w.outsider)
 }
 
 // tracef and violate may be called from a burst's operations at once.
@@ -240,25 +277,28 @@ func (w *world) boot(m *machine) error {
 
 // down stops m as a power loss does: its client fails every call from now on and
 // its file system goes back to what was synced, keeping a share of the rest. The
-// old engine closes in the background against the lost state.
+// old engine closes in the background against the lost state, and its
+// membership, if it had one, ends after it (see abandon).
 func (w *world) down(m *machine, unsynced int) {
 	m.setRules(fault.Rule{Err: errPartitioned})
 	after := m.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsynced, RNG: rand.New(rand.NewPCG(w.rng.Uint64(), 1))})
-	old, oldBucket, oldFar := m.e, m.bucket, m.farBucket
+	old, oldMb, oldBucket, oldFar := m.e, m.mb, m.bucket, m.farBucket
 	w.dead.Go(func() {
 		old.Close()
+		abandon(oldMb)
 		oldBucket.Close()
 		oldFar.Close()
 	})
-	m.e, m.open, m.fs = nil, nil, after
+	m.e, m.mb, m.open, m.fs = nil, nil, nil, after
 }
 
 func (w *world) shutdown() {
-	for _, m := range w.machines {
+	for _, m := range w.all() {
 		if m.e != nil {
 			mt := m.e.Metrics()
 			w.tracef("%s: %d tail objects put, %d collected, %d fences written", m.name, mt.TailPuts, mt.TailObjectsCollected, mt.FencesWritten)
 			m.setRules()
+			abandon(m.mb)
 			m.e.Close()
 			m.bucket.Close()
 			m.farBucket.Close()
