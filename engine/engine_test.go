@@ -9,7 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
@@ -17,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{Cleanup: stopGCS})
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { stopGCS() }))
 }
 
 // buckets holds one in-memory bucket per engine directory, so that reopening a

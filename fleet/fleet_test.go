@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
-	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -19,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{})
+	goleak.VerifyTestMain(m)
 }
 
 // world is machines over one bucket of fake-gcs-server, run as a process and

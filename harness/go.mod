@@ -19,6 +19,7 @@ require (
 	github.com/l0store/l0 v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	go.uber.org/goleak v1.3.0
 	google.golang.org/api v0.315.0
 )
 

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -16,7 +17,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var opts = Options{Duration: 30 * time.Second, SkewMargin: 2 * time.Second}
 

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/substrate"
@@ -21,7 +22,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // acquire takes the lease of shard "s" for instance "A" with the default options.
 func acquire(t *testing.T, st *Store) *Owner {

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -19,7 +20,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
 	return substratetest.NewBucket(t, name, d)

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // target is a fake shard: its seals take hold, and fail with err when set.
 type target struct {

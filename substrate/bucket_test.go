@@ -7,13 +7,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
 
-	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestValidateKey(t *testing.T) {
 	valid := []string{"a", "shards/orders-7/parts/00000000000000000000-00000000000000000015", "dir with spaces/ünï 🚀",

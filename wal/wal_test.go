@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/l0store/l0/clock"
-	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/internal/testclock"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func open(t *testing.T, dir string, opts Options) *Log {
 	t.Helper()

@@ -12,8 +12,7 @@ import (
 // testOnly are modules only l0's tests, the harness or l0bench need: fake-gcs-server
 // and what it pulls in, versitygw, porcupine, rapid. A module that imports l0 must
 // not find any in its go.sum. (goleak is not here: prometheus/client_golang's own
-// tests import it, so a module importing prometheus gets it whatever l0 does; the
-// second check below catches l0's tests bringing it back.)
+// tests import it, so a module importing prometheus gets it whatever l0 does.)
 var testOnly = []string{
 	"github.com/fsouza/fake-gcs-server",
 	"github.com/versity/versitygw",
@@ -27,10 +26,12 @@ var testOnly = []string{
 }
 
 // viaDependencyTestHelpers are modules that l0's tests do pull into a user's
-// go.sum, through a test helper of a real dependency: prometheus/client_golang's
-// testutil, which the metrics tests use, imports kylelemons/godebug.
+// go.sum, but that a real dependency brings there anyway: prometheus/client_golang's
+// testutil, which the metrics tests use, imports kylelemons/godebug; goleak, which
+// l0's tests use, is imported by prometheus/client_golang's own tests.
 var viaDependencyTestHelpers = []string{
 	"github.com/kylelemons/godebug",
+	"go.uber.org/goleak",
 }
 
 // TestAModuleImportingL0GetsNoTestOnlyModule builds, offline from the module cache,

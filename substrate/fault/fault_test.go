@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/local"
@@ -17,7 +18,7 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Without rules the wrapper must be invisible, also to the errors of a missing bucket,
 // which a local driver whose root was removed gives (a mem driver cannot be missing).

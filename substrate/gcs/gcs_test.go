@@ -7,17 +7,17 @@ import (
 	"testing"
 
 	"cloud.google.com/go/storage"
+	"go.uber.org/goleak"
 	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/internal/emulator"
-	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{})
+	goleak.VerifyTestMain(m)
 }
 
 // TestConformanceProcess runs the suite against the fake-gcs-server binary, or the

@@ -3,13 +3,14 @@ package mem_test
 import (
 	"testing"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
+
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	substratetest.RunConformance(t, substratetest.Config{

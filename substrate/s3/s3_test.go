@@ -8,16 +8,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.uber.org/goleak"
 
 	"github.com/l0store/l0/internal/emulator"
-	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/s3"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{})
+	goleak.VerifyTestMain(m)
 }
 
 // TestConformance runs the suite against versitygw started as a process with its

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/internal/leakcheck"
+	"go.uber.org/goleak"
 )
 
 // asMainEnv makes the test binary run l0bench's main instead of the tests: the suite
@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	// fake-gcs-server pulls in opencensus, which starts a worker at init.
-	leakcheck.Main(m, leakcheck.Options{IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
 // quickConfig is a -quick configuration of scenarios writing to a temporary

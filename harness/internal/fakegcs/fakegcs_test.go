@@ -6,19 +6,19 @@ import (
 	"testing"
 
 	"cloud.google.com/go/storage"
+	"go.uber.org/goleak"
 	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/harness/internal/fakegcs"
-	"github.com/l0store/l0/internal/leakcheck"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, leakcheck.Options{
+	goleak.VerifyTestMain(m,
 		// fake-gcs-server pulls in opencensus, which starts a worker at init.
-		IgnoreTop: []string{"go.opencensus.io/stats/view.(*worker).start"}})
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
 // TestTheGCSDriverConformsInProcess runs the substrate conformance suite on the GCS
