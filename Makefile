@@ -22,10 +22,16 @@ fuzz-all = for t in $(FUZZ_TARGETS); do GO=$(GO) scripts/fuzz.sh "$${t%%:*}" "$$
 # The harness's test of a user module's go.sum works offline, from the module
 # cache: the go list first puts there what go mod tidy loads (tests of
 # dependencies included), once.
+#
+# The two modules' tests run side by side, one package at a time each: as many
+# packages at once as one go test of both would run on two cores, but neither
+# module waits for the other's slowest package.
 test: vet
 	$(HARNESS) list -e -test -deps all > /dev/null
-	$(WITH_EMULATORS) $(GO) test -race -count=1 -timeout 20m ./...
-	$(WITH_EMULATORS) $(HARNESS) test -race -count=1 -timeout 20m ./...
+	@$(WITH_EMULATORS) $(GO) test -p 1 -race -count=1 -timeout 20m ./... & lib=$$!; \
+	$(WITH_EMULATORS) $(HARNESS) test -p 1 -race -count=1 -timeout 20m ./...; harness=$$?; \
+	wait $$lib; lib=$$?; \
+	if [ $$lib -ne 0 ] || [ $$harness -ne 0 ]; then echo "make test: the library's tests exited $$lib, the harness's $$harness"; exit 1; fi
 	$(call fuzz-all,5s)
 
 # Every decoder's fuzz target (part, tail, manifest, WAL page and watermark), 5 m
