@@ -39,7 +39,7 @@ func TestAnOpenShardRacingEngineCloseLeavesNoLease(t *testing.T) {
 	ctx := context.Background()
 	drv := mem.New()
 	fd := fault.Wrap(drv, 1)
-	lease := manifest.LeaseOptions{Duration: 5 * time.Second, SkewMargin: time.Second}
+	lease := LeaseOptions{Duration: 5 * time.Second, SkewMargin: time.Second}
 	e, err := Open(ctx, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "a", fd), Seal: quietSealOptions(), Lease: lease, RenewEvery: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestAShardCloseOutlastingEngineCloseNeverReportsAHandoverItDropped(t *testi
 	ctx := context.Background()
 	aDrv, bDrv := mem.New(), mem.New()
 	aFD := fault.Wrap(aDrv, 1)
-	lease := manifest.LeaseOptions{Duration: 2 * time.Second, SkewMargin: 200 * time.Millisecond}
+	lease := LeaseOptions{Duration: 2 * time.Second, SkewMargin: 200 * time.Millisecond}
 	e := open(t, Options{Dir: t.TempDir(), Replicas: []replica.Spec{
 		{Name: "a", Domain: "d1", Bucket: substratetest.NewBucket(t, "a", aFD)},
 		{Name: "b", Domain: "d2", Bucket: substratetest.NewBucket(t, "b", bDrv)}},

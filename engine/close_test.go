@@ -38,7 +38,7 @@ func TestEngineCloseReleasesEveryShardWithinItsDeadline(t *testing.T) {
 	ctx := context.Background()
 	drv := mem.New()
 	fd := fault.Wrap(drv, 1)
-	lease := manifest.LeaseOptions{Duration: 2 * time.Second, SkewMargin: 500 * time.Millisecond}
+	lease := LeaseOptions{Duration: 2 * time.Second, SkewMargin: 500 * time.Millisecond}
 	e := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "a", fd),
 		Seal: quietSealOptions(), Lease: lease, RenewEvery: 300 * time.Millisecond})
 	const n = 20

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
 )
@@ -31,7 +30,7 @@ import (
 func TestEngineCloseEndsAnOpenWaitingForALease(t *testing.T) {
 	ctx := context.Background()
 	drv := mem.New()
-	lease := manifest.LeaseOptions{Duration: 2 * time.Second, SkewMargin: 200 * time.Millisecond}
+	lease := LeaseOptions{Duration: 2 * time.Second, SkewMargin: 200 * time.Millisecond}
 	eA := open(t, Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "a", drv), Seal: quietSealOptions(), Lease: lease, RenewEvery: 500 * time.Millisecond})
 	openShard(t, eA, "s")
 

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -25,7 +24,7 @@ func TestASlowReplicaCopyNeverLapsesTheLease(t *testing.T) {
 		{Name: "p", Domain: "a", Bucket: substratetest.NewBucket(t, "p", nil)},
 		{Name: "r", Domain: "b", Bucket: substratetest.NewBucket(t, "r", slow)}},
 		Authority: "p", Seal: quietSealOptions(),
-		Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: time.Second}, RenewEvery: 200 * time.Millisecond})
+		Lease: LeaseOptions{Duration: 3 * time.Second, SkewMargin: time.Second}, RenewEvery: 200 * time.Millisecond})
 	sh := openShard(t, e, "s")
 	slow.SetRules(fault.Rule{Ops: []substrate.Op{substrate.OpPut, substrate.OpPutIfAbsent, substrate.OpCompareAndSwap, substrate.OpGet},
 		Key: "manifest$", Latency: 5 * time.Second})

@@ -151,7 +151,7 @@ func TestACloseIsNotHeldForeverByAReplicaThatHangs(t *testing.T) {
 	ctx := context.Background()
 	aDrv, bDrv := mem.New(), mem.New()
 	bFD := fault.Wrap(bDrv, 1)
-	lease := manifest.LeaseOptions{Duration: 2 * time.Second, SkewMargin: 500 * time.Millisecond}
+	lease := LeaseOptions{Duration: 2 * time.Second, SkewMargin: 500 * time.Millisecond}
 	e := open(t, Options{Dir: t.TempDir(), Replicas: []replica.Spec{
 		{Name: "a", Domain: "d1", Bucket: substratetest.NewBucket(t, "a", aDrv)},
 		{Name: "b", Domain: "d2", Bucket: substratetest.NewBucket(t, "b", bFD)}},

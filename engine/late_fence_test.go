@@ -8,7 +8,6 @@ import (
 
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -50,7 +49,7 @@ import (
 // start.
 func TestALateFenceIntoACollectedIncarnationLeavesEveryShardOpenable(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, _, fb := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, _, fb := twoMachines(t, LeaseOptions{}, 0)
 	optsA = fastCollect(optsA)
 	clkA, clkB := testclock.New(), testclock.New()
 	optsA.Clock, optsB.Clock = clkA, clkB

@@ -70,7 +70,7 @@ func (d *wireDriver) land(t *testing.T) error {
 
 // lateLease is short, so that the bounds of the tests of takeovers and restarts
 // are a few seconds.
-var lateLease = manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+var lateLease = LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
 
 // refuseShardWrites makes fa refuse every conditional write of a shard's
 // manifest: an engine's releases and takeovers fail, as on a machine cut off from

@@ -63,7 +63,7 @@ func (e *Engine) lease(ctx context.Context) (*lease.Held, error) {
 		}
 		return h, nil
 	}
-	h, err := lease.Continue(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.Lease.LeaseOf())
+	h, err := lease.Continue(ctx, e.store.Authority(), lease.InstanceKey(e.opts.Instance), e.opts.Instance, nil, e.opts.ownership().LeaseOf())
 	if err != nil {
 		return nil, fmt.Errorf("engine: the instance lease: %w", err)
 	}

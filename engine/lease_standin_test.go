@@ -8,7 +8,6 @@ import (
 
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/lease"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
 	"github.com/l0store/l0/substrate/substratetest"
@@ -79,7 +78,7 @@ func TestAStandInUnderALetGoTokenDoesNotCostTheLiveEngineItsLease(t *testing.T) 
 	clk := testclock.New()
 	drv := mem.New()
 	fa := fault.Wrap(drv, 1)
-	short := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond, Clock: clk}
+	short := LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
 	dirA := t.TempDir()
 	optsA := Options{Dir: dirA, Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(), Clock: clk, Lease: short, RenewEvery: time.Second}
 	eA := open(t, optsA)

@@ -70,9 +70,9 @@ type Options struct {
 	Instance string
 	// Seal configures the seal triggers, budget, backoff and concurrency.
 	Seal seal.Options
-	// Lease configures ownership: the instance lease's duration and the skew
-	// margin. Its Wait and Clock are ignored (see WaitForLease and Clock).
-	Lease manifest.LeaseOptions
+	// Lease configures the instance lease every shard is owned under (its clock
+	// is Clock; an OpenShard that waits for another's lease: WaitForLease).
+	Lease LeaseOptions
 	// RenewEvery is how often the engine's instance lease, which every shard it
 	// owns is owned under, is renewed: one conditional write per interval. Default
 	// 10 s, and under Lease.Duration minus twice its skew margin.
@@ -188,7 +188,7 @@ func (o *Options) EnsureDefaults() {
 		o.FS = vfs.Default
 	}
 	o.Upload.FS = o.FS
-	o.Seal.Clock, o.Lease.Clock, o.Lease.Wait, o.Upload.Clock = o.Clock, o.Clock, false, o.Clock
+	o.Seal.Clock, o.Upload.Clock = o.Clock, o.Clock
 	if o.Seal.Logger == nil {
 		o.Seal.Logger = o.Logger
 	}
@@ -196,7 +196,9 @@ func (o *Options) EnsureDefaults() {
 		o.Replicas = []replica.Spec{{Name: o.Bucket.Name(), Domain: "default", Bucket: o.Bucket}}
 	}
 	o.Seal.EnsureDefaults()
-	o.Lease.EnsureDefaults()
+	own := o.ownership()
+	own.EnsureDefaults()
+	o.Lease = LeaseOptions{Duration: own.Duration, SkewMargin: own.SkewMargin}
 	if o.RenewEvery == 0 {
 		o.RenewEvery = 10 * time.Second
 	}
@@ -236,8 +238,8 @@ func (o *Options) validate() (*replica.Set, error) {
 	if err := o.Seal.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	if err := o.Lease.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	if own := o.ownership(); own.Validate() != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, own.Validate())
 	}
 	set, err := replica.NewSet(o.Replicas, o.Authority)
 	if err != nil {
@@ -247,4 +249,21 @@ func (o *Options) validate() (*replica.Set, error) {
 		return nil, fmt.Errorf("%w: Tail.Replica %q is not one of Replicas", ErrInvalidOptions, o.Tail.Replica)
 	}
 	return set, nil
+}
+
+// LeaseOptions configure the instance lease an engine's shards are owned under.
+type LeaseOptions struct {
+	// Duration is how long the lease lasts after it was taken or last renewed
+	// (default 30 s).
+	Duration time.Duration
+	// SkewMargin is how much two instances' clocks may disagree (default 2 s):
+	// the owner stops acknowledging SkewMargin before its lease's expiry by its
+	// own clock, and another instance takes an unreleased lease over only
+	// SkewMargin after it by its own.
+	SkewMargin time.Duration
+}
+
+// ownership is the manifest's lease options the engine's ownerships run under.
+func (o Options) ownership() manifest.LeaseOptions {
+	return manifest.LeaseOptions{Duration: o.Lease.Duration, SkewMargin: o.Lease.SkewMargin, Clock: o.Clock}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -70,7 +69,7 @@ var reincarnationCrashPoints = []struct {
 // the fence (Local acknowledgements A had not shipped are the window a machine's
 // loss may cost).
 func TestACrashAtEachStepOfAReincarnationLosesNoAcknowledgedRecord(t *testing.T) {
-	short := manifest.LeaseOptions{Duration: 2 * time.Second, SkewMargin: 200 * time.Millisecond}
+	short := LeaseOptions{Duration: 2 * time.Second, SkewMargin: 200 * time.Millisecond}
 	for _, p := range reincarnationCrashPoints {
 		for _, d := range []Durability{Remote, Local} {
 			for _, after := range []string{"A restarts", "B takes over"} {

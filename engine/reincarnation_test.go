@@ -60,7 +60,7 @@ func chainWrites(latency time.Duration, err error) fault.Rule {
 // acknowledged.
 func localShardFenced(t *testing.T) (eA, eB *Engine, y *shard.Shard, fa *fault.Driver, acked map[uint64][]byte) {
 	t.Helper()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 	optsA.Durability, optsB.Durability = Local, Local
 	eA, eB = open(t, optsA), open(t, optsB)
 	y = openShard(t, eA, "y")
@@ -145,7 +145,7 @@ func TestLocalAcksDuringFailedChainWritesSurviveARetire(t *testing.T) {
 // B reads every record A acknowledged on z, and on y, which met both fences.
 func TestTwoReincarnationsDuringAnOpenKeepRemoteAcksReachable(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 	eA, eB := open(t, optsA), open(t, optsB)
 	y := openShard(t, eA, "y")
 	ackedY, ackedZ := map[uint64][]byte{}, map[uint64][]byte{}
@@ -212,7 +212,7 @@ func TestATakeoverDuringAReincarnationFencesTheNewIncarnation(t *testing.T) {
 	for _, d := range []Durability{Remote, Local} {
 		t.Run(d.String(), func(t *testing.T) {
 			ctx := context.Background()
-			optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+			optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 			optsA.Durability, optsB.Durability = d, d
 			clkA, clkB := testclock.New(), testclock.New()
 			optsA.Clock, optsB.Clock = clkA, clkB

@@ -45,7 +45,7 @@ func streamKeys(t *testing.T, b *substrate.Bucket, instance string, inc uint64) 
 // acknowledged, at its offset.
 func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 	optsA = fastCollect(optsA)
 	clkA, clkB := testclock.New(), testclock.New()
 	optsA.Clock, optsB.Clock = clkA, clkB
@@ -115,7 +115,7 @@ func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T
 // objects 1 ms old; B opens y and must read every acknowledged record. Held.
 func TestARetireRightAfterASealAdvancedTheTailPointerKeepsEveryRecord(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, _, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, _, _ := twoMachines(t, LeaseOptions{}, 0)
 	eA, eB := open(t, fastCollect(optsA)), open(t, optsB)
 	y := openShard(t, eA, "y")
 	want := appendBatches(t, y, 3)

@@ -95,7 +95,7 @@ type gapFixture struct {
 func sealPastAShippedPage(t *testing.T, mode Durability) *gapFixture {
 	t.Helper()
 	ctx := context.Background()
-	optsA, optsB, _, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, _, _ := twoMachines(t, LeaseOptions{}, 0)
 	clkA := newStallClock()
 	optsA.Clock, optsB.Clock = clkA, testclock.New()
 	optsA.Durability, optsB.Durability = mode, mode

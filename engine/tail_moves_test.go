@@ -22,7 +22,7 @@ import (
 // client of one shared in-memory bucket; A's client goes through the returned
 // fault driver. Both bucket clients carry the same name, so that a tail pointer
 // one of them writes names a replica the other has.
-func twoMachines(t *testing.T, lease manifest.LeaseOptions, renew time.Duration) (Options, Options, *fault.Driver, *fault.Driver) {
+func twoMachines(t *testing.T, lease LeaseOptions, renew time.Duration) (Options, Options, *fault.Driver, *fault.Driver) {
 	t.Helper()
 	drv := mem.New()
 	fa, fb := fault.Wrap(drv, 1), fault.Wrap(drv, 2)
@@ -60,7 +60,7 @@ func TestAReopenOnTheSameEngineShipsTheWholeBacklog(t *testing.T) {
 	for _, how := range []string{"retire", "close"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
-			optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+			optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 			eA := open(t, optsA)
 			sh := openShard(t, eA, "s")
 			first := recs("first", 4)
@@ -133,7 +133,7 @@ func TestAReopenOnTheSameEngineShipsTheWholeBacklog(t *testing.T) {
 // every record A acknowledged on y, at its offset.
 func TestARetireAfterFailedChainWritesKeepsEveryRecord(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 	clkA, clkB := testclock.New(), testclock.New()
 	optsA.Clock, optsB.Clock = clkA, clkB
 	clkB.Advance(time.Minute) // past A's 30 s lease and its skew margin
@@ -306,7 +306,7 @@ func TestLostRepliesInATakeoverKeepEveryAcknowledgedRecord(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			optsA, optsB, _, fb := twoMachines(t, manifest.LeaseOptions{}, 0)
+			optsA, optsB, _, fb := twoMachines(t, LeaseOptions{}, 0)
 			clkA, clkB := testclock.New(), testclock.New()
 			optsA.Clock, optsB.Clock = clkA, clkB
 			clkB.Advance(time.Minute)
@@ -357,7 +357,7 @@ func TestLostRepliesInATakeoverKeepEveryAcknowledgedRecord(t *testing.T) {
 // following A's chain from y's pointer.
 func TestAnEngineClosedWhileMovingToANewIncarnationKeepsEveryRecord(t *testing.T) {
 	ctx := context.Background()
-	optsA, optsB, fa, _ := twoMachines(t, manifest.LeaseOptions{}, 0)
+	optsA, optsB, fa, _ := twoMachines(t, LeaseOptions{}, 0)
 	eA, eB := open(t, optsA), open(t, optsB)
 	y := openShard(t, eA, "y")
 	var want [][]byte

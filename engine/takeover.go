@@ -33,7 +33,7 @@ import (
 // after the publish would not be: once the manifest names this instance at the
 // WAL's epoch, superseded pages look like ours.
 func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*manifest.Owner, bool, error) {
-	lopts := e.opts.Lease
+	lopts := e.opts.ownership()
 	for _, o := range opts {
 		o(&lopts)
 	}

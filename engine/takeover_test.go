@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -29,7 +28,7 @@ func supersede(t *testing.T) (Options, *fault.Driver, [][]byte) {
 	ctx := context.Background()
 	drv := mem.New()
 	fd := fault.Wrap(drv, 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^tail/", Err: fault.ErrInjected})
-	lease := manifest.LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
+	lease := LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
 	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "p", fd), Seal: quietSealOptions(),
 		Durability: Local, Lease: lease, RenewEvery: 200 * time.Millisecond}
 	optsB := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "p", drv), Seal: quietSealOptions(),

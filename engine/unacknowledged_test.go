@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -27,7 +26,7 @@ func TestARemoteModeReopenCountsUnshippedPagesApartFromStranded(t *testing.T) {
 	ctx := context.Background()
 	drv := mem.New()
 	fa := fault.Wrap(drv, 1)
-	lease := manifest.LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
+	lease := LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
 	optsA := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", fa), Seal: quietSealOptions(),
 		Lease: lease, RenewEvery: 200 * time.Millisecond}
 	optsB := Options{Dir: t.TempDir(), Bucket: substratetest.NewBucket(t, "shared", drv), Seal: quietSealOptions(),

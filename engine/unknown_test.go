@@ -47,7 +47,7 @@ func TestNoAcknowledgedRecordIsLostAfterAWriteOfUnknownOutcome(t *testing.T) {
 			auth := substratetest.NewBucket(t, "a", authFD)
 			opts := Options{Dir: dir, Bucket: auth, Seal: quietSealOptions(),
 				// No renewal tick of its own during the test: the test makes it.
-				Lease: manifest.LeaseOptions{Duration: 2 * time.Hour}, RenewEvery: time.Hour}
+				Lease: LeaseOptions{Duration: 2 * time.Hour}, RenewEvery: time.Hour}
 			if via == "uploader record" {
 				opts.Bucket = nil
 				opts.Replicas = []replica.Spec{

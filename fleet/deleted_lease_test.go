@@ -6,7 +6,6 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/lease"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
 )
@@ -26,7 +25,7 @@ func TestADeletedInstanceLeaseIsWrittenBackWithTheFleetsAttributes(t *testing.T)
 			drv := mem.New()
 			shards := shardsN(1)
 			short := engine.Options{
-				Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
+				Lease: engine.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
 			}
 			a := joinMemWith(t, drv, shards, Options{Weight: 2}, short)
 			if !eventually(10*time.Second, func() bool { return openOn(shards, a) }) {

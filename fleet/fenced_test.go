@@ -9,7 +9,6 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/lease"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -27,7 +26,7 @@ func TestAMemberReopensAShardWhoseHandleWasFenced(t *testing.T) {
 	drv := mem.New()
 	shards := shardsN(1)
 	short := engine.Options{
-		Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
+		Lease: engine.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
 	}
 	a := joinMemWith(t, drv, shards, Options{}, short)
 	if !eventually(10*time.Second, func() bool { return openOn(shards, a) }) {

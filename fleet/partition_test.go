@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -17,7 +16,7 @@ import (
 func joinShortLease(t *testing.T, drv substrate.Driver, shards []Shard, opts Options) *memMember {
 	t.Helper()
 	return joinMemWith(t, drv, shards, opts, engine.Options{
-		Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
+		Lease: engine.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}, RenewEvery: time.Second,
 	})
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
@@ -194,7 +193,7 @@ func TestALagMoveToAnotherMachineKeepsEveryAcknowledgedRecord(t *testing.T) {
 // The lease of the children that another machine takes over from: short, so that
 // each kill point waits about a second for it.
 var (
-	shortLease = manifest.LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
+	shortLease = engine.LeaseOptions{Duration: time.Second, SkewMargin: 100 * time.Millisecond}
 	shortRenew = 200 * time.Millisecond
 )
 
@@ -281,7 +280,7 @@ func TestAFencedEngineAcknowledgesNothingFromItsOldStream(t *testing.T) {
 	for name, client := range machines(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			lease := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+			lease := engine.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
 			clkA, clkB := testclock.New(), testclock.New()
 			clkB.Advance(lease.Duration + lease.SkewMargin + time.Second)
 			eA := machine(t, client(t), engine.Options{Clock: clkA, Lease: lease, RenewEvery: time.Second})

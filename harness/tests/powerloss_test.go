@@ -14,7 +14,6 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/testfs"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -55,7 +54,7 @@ func powerLoss(t *testing.T, mode engine.Durability, seed uint64, unsynced int) 
 	fs := vfs.NewCrashableMem()
 	opts := engine.Options{
 		Dir: "/machine", FS: testfs.SlowSyncs(fs, time.Millisecond), Bucket: bucket, Durability: mode, RenewEvery: time.Second,
-		Lease: manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond},
+		Lease: engine.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond},
 		Seal:  seal.Options{SizeBytes: 8 << 10, Interval: 5 * time.Millisecond},
 		Tail:  engine.TailOptions{Interval: 5 * time.Millisecond},
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -60,7 +59,7 @@ func sweepMove(t *testing.T, i int, retire, ambiguous bool) bool {
 		t.Fatal(err)
 	}
 	defer faulty.Close()
-	lease := manifest.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
+	lease := engine.LeaseOptions{Duration: 3 * time.Second, SkewMargin: 500 * time.Millisecond}
 	expired := lease.Duration + lease.SkewMargin + time.Second
 	machine := func(b *substrate.Bucket, ahead time.Duration) engine.Options {
 		clk := testclock.New()

@@ -30,7 +30,6 @@ import (
 	"github.com/l0store/l0/fleet"
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/internal/testfs"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
@@ -235,7 +234,7 @@ func (w *world) violate(format string, args ...any) {
 func (m *machine) options() engine.Options {
 	o := engine.Options{
 		Dir: "/" + m.name, FS: testfs.SlowSyncs(m.fs, 200*time.Microsecond), Clock: m.clock, Durability: m.mode,
-		Lease:      manifest.LeaseOptions{Duration: leaseDuration, SkewMargin: skewMargin},
+		Lease:      engine.LeaseOptions{Duration: leaseDuration, SkewMargin: skewMargin},
 		RenewEvery: 500 * time.Millisecond,
 		Seal: seal.Options{SizeBytes: 2 << 10, Age: 2 * time.Second, Interval: 5 * time.Millisecond,
 			BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
