@@ -52,16 +52,7 @@ func conformance(endpoint string) substratetest.Config {
 // as a bucket grows.
 func harness(endpoint string) substratetest.Harness {
 	return func(t testing.TB) substrate.Driver {
-		name := fmt.Sprintf("l0-conformance-%d", buckets.Add(1))
-		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(endpoint), option.WithoutAuthentication())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
-			t.Fatalf("create bucket %s: %v", name, err)
-		}
-		d, err := gcs.Open(t.Context(), gcs.Config{Bucket: name, Endpoint: endpoint})
+		d, err := emulator.NewGCSDriver(t.Context(), endpoint, fmt.Sprintf("l0-conformance-%d", buckets.Add(1)))
 		if err != nil {
 			t.Fatal(err)
 		}

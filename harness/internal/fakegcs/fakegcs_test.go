@@ -5,11 +5,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"cloud.google.com/go/storage"
 	"go.uber.org/goleak"
-	"google.golang.org/api/option"
 
 	"github.com/l0store/l0/harness/internal/fakegcs"
+	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/gcs"
 	"github.com/l0store/l0/substrate/substratetest"
@@ -58,16 +57,7 @@ var buckets atomic.Int64
 // as a bucket grows.
 func harness(endpoint string) substratetest.Harness {
 	return func(t testing.TB) substrate.Driver {
-		name := fmt.Sprintf("l0-conformance-%d", buckets.Add(1))
-		admin, err := storage.NewClient(t.Context(), option.WithEndpoint(endpoint), option.WithoutAuthentication())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		if err := admin.Bucket(name).Create(t.Context(), "l0", nil); err != nil {
-			t.Fatalf("create bucket %s: %v", name, err)
-		}
-		d, err := gcs.Open(t.Context(), gcs.Config{Bucket: name, Endpoint: endpoint})
+		d, err := emulator.NewGCSDriver(t.Context(), endpoint, fmt.Sprintf("l0-conformance-%d", buckets.Add(1)))
 		if err != nil {
 			t.Fatal(err)
 		}
