@@ -62,6 +62,10 @@ var (
 	// engine does not have. The open refuses rather than hand out offsets another
 	// owner may have acknowledged.
 	ErrTailMissing = errors.New("engine: tail records missing")
+	// ErrInstanceLost reports an engine whose instance lease another process wrote
+	// over: an engine opened on the same Instance elsewhere. Every shard it owned
+	// is fenced, for good.
+	ErrInstanceLost = errors.New("engine: instance lease lost to another process")
 )
 
 // Engine is the shards of one node. It is safe for concurrent use.
@@ -207,6 +211,10 @@ func (e *Engine) owners() (map[string]*manifest.Owner, bool) {
 
 // Instance returns the id this engine holds leases as.
 func (e *Engine) Instance() string { return e.opts.Instance }
+
+// Options returns the options the engine runs with: those it was opened with,
+// defaults filled in.
+func (e *Engine) Options() Options { return e.opts }
 
 // OpenOption changes how OpenShard takes a shard.
 type OpenOption func(*manifest.LeaseOptions)

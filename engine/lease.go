@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 )
@@ -328,18 +328,52 @@ func (e *Engine) releaseLease(ctx context.Context, kept bool) {
 	}
 }
 
-// Lease returns the engine's instance lease, taking it if no open has yet: the
-// lease every shard it owns is owned under, and through which it is known to a
-// fleet (see package fleet). Its attributes are the caller's to set; the engine
-// renews it until Close, and releases it then unless a shard kept its lease.
-func (e *Engine) Lease(ctx context.Context) (*lease.Held, error) {
+// Attributes returns the attributes the engine's instance lease publishes: what
+// a fleet, or anyone listing the instances, reads of this one. It is nil until
+// the lease is taken (by the first OpenShard, or SetAttributes).
+func (e *Engine) Attributes() map[string]string {
+	if h := e.heldLease(); h != nil {
+		return h.Attrs()
+	}
+	return nil
+}
+
+// SetAttributes replaces the attributes the engine's instance lease publishes,
+// taking the lease if no open has yet, and returns once they are written. The
+// engine keeps them through its renewals until Close.
+func (e *Engine) SetAttributes(ctx context.Context, attrs map[string]string) error {
 	e.mu.Lock()
 	closed := e.mu.closed
 	e.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	return e.lease(ctx)
+	h, err := e.lease(ctx)
+	if err != nil {
+		return err
+	}
+	return h.SetAttrs(ctx, attrs)
+}
+
+// Err reports why the engine can own no shard any more: ErrClosed once Close
+// began, or ErrInstanceLost once another process wrote over its instance lease.
+// It is nil otherwise, also while renewals fail: the shards are fenced then, until
+// a renewal succeeds.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	closed := e.mu.closed
+	e.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if h := e.heldLease(); h != nil {
+		if _, err := h.Valid(); errors.Is(err, lease.ErrReleased) {
+			return ErrClosed
+		} else if errors.Is(err, lease.ErrLost) {
+			return fmt.Errorf("%w: %w", ErrInstanceLost, err)
+		}
+	}
+	return nil
 }
 
 // Authority is the replica the engine's manifests and lease are on.

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/internal/tail"
-	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/manifest"
 )
 

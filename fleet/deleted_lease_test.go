@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
 )

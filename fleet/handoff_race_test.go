@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -224,7 +224,7 @@ func TestLeaveWithAnEndedContextRetiresTheRest(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return openOn(shards, b) }) {
 		p, _, _ := readAssignment(t.Context(), b.e.Authority(), "default")
 		t.Fatalf("5 s after a left, b (the leader) owns %v of %d; the assignment is %v; a's lease attributes %v: the shards a's Leave was to retire stay leased to a's live instance (and, its lease still naming the fleet, a stays a member)",
-			b.m.Owned(), len(shards), p.Shards, a.m.held.Attrs())
+			b.m.Owned(), len(shards), p.Shards, a.e.Attributes())
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/broken"
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 )
@@ -133,7 +133,6 @@ type Membership struct {
 	e         *engine.Engine
 	id        string
 	bucket    *substrate.Bucket
-	held      *lease.Held
 	leaseOpts lease.Options
 	clock     clock.Clock
 	opts      Options
@@ -174,13 +173,11 @@ func Join(ctx context.Context, e *engine.Engine, opts Options) (*Membership, err
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	held, err := e.Lease(ctx)
-	if err != nil {
-		return nil, err
-	}
+	eo := e.Options()
+	leaseOpts := lease.Options{Duration: eo.Lease.Duration, SkewMargin: eo.Lease.SkewMargin, Clock: eo.Clock}
 	m := &Membership{
-		e: e, id: e.Instance(), bucket: e.Authority(), held: held, leaseOpts: held.Options(),
-		clock: held.Options().Clock, opts: opts, taken0: e.Metrics().TailRecordsTaken,
+		e: e, id: e.Instance(), bucket: e.Authority(), leaseOpts: leaseOpts,
+		clock: eo.Clock, opts: opts, taken0: e.Metrics().TailRecordsTaken,
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	m.mu.open = map[string]*shard.Shard{}
@@ -193,7 +190,7 @@ func Join(ctx context.Context, e *engine.Engine, opts Options) (*Membership, err
 			return nil, fmt.Errorf("fleet %s: register the metrics: %w", opts.Name, err)
 		}
 	}
-	if err := held.SetAttrs(ctx, m.attrs("", false)); err != nil {
+	if err := e.SetAttributes(ctx, m.attrs("", false)); err != nil {
 		if opts.Registerer != nil {
 			opts.Registerer.Unregister(collector{m})
 		}
@@ -206,7 +203,7 @@ func Join(ctx context.Context, e *engine.Engine, opts Options) (*Membership, err
 // attrs are the member's lease attributes, owning shards, leaving or not. The
 // lease's other attributes are kept.
 func (m *Membership) attrs(shards string, leaving bool) map[string]string {
-	a := m.held.Attrs()
+	a := m.e.Attributes()
 	if a == nil {
 		a = map[string]string{}
 	}
@@ -309,7 +306,7 @@ func (m *Membership) run() {
 // step leads if it can, reads the assignment, follows it, and publishes what the
 // member owns.
 func (m *Membership) step(ctx context.Context) error {
-	if _, err := m.held.Valid(); errors.Is(err, lease.ErrReleased) || errors.Is(err, lease.ErrLost) {
+	if m.e.Err() != nil {
 		// The engine closed, or another process took its instance over: a
 		// member no more, and no leader.
 		m.leaderMu.Lock()
@@ -361,7 +358,7 @@ func (m *Membership) claim(ctx context.Context) error {
 	if owned == m.claimed && !leaving {
 		return nil
 	}
-	if err := m.held.SetAttrs(ctx, m.attrs(owned, leaving)); err != nil {
+	if err := m.e.SetAttributes(ctx, m.attrs(owned, leaving)); err != nil {
 		return fmt.Errorf("fleet %s: publish the member's shards: %w", m.opts.Name, err)
 	}
 	m.claimed = owned
@@ -569,11 +566,11 @@ func (m *Membership) Leave(ctx context.Context) error {
 		}
 	}
 	m.leaderMu.Unlock()
-	a := m.held.Attrs()
+	a := m.e.Attributes()
 	for _, k := range []string{attrFleet, attrWeight, attrShards, attrLeaving} {
 		delete(a, k)
 	}
-	if err := m.held.SetAttrs(own, a); err != nil {
+	if err := m.e.SetAttributes(own, a); err != nil {
 		errs = append(errs, err)
 	}
 	if m.opts.Registerer != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/engine"
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/replica"
 )
 

@@ -15,7 +15,7 @@
 // restart every part is read from a substrate.
 //
 // Ownership is the authority's copy naming the owner: instance, epoch, and the
-// acquisition of the instance's lease (package lease) it holds the shard under.
+// acquisition of the instance's lease (internal/lease) it holds the shard under.
 // The shard is owned while that lease lives, so an engine renews one lease
 // however many shards it owns, and the renewals rewrite no manifest. An Owner is
 // this instance's handle on one shard: Acquire takes a released shard, or one

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/lease"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"

@@ -92,7 +92,7 @@ type Manifest struct {
 	Authority string `json:"authority,omitempty"`
 	Fork      *Fork  `json:"fork,omitempty"`
 	// Owner is the instance that took Epoch, and Lease the token of its instance
-	// lease's acquisition (see package lease): the ownership lasts while that
+	// lease's acquisition (see internal/lease): the ownership lasts while that
 	// lease does, or until it is Released. The owner stays named after a release,
 	// so the next owner knows whose unsealed pages follow the sealed watermark.
 	// LeaseExpiry is the shard's own lease in a manifest written before instance
