@@ -16,7 +16,7 @@ import (
 //
 // waitShardsGone now counts e.mu.opening, but nothing tells an open in
 // progress that the engine is closing: an OpenShard(WaitForLease) of a shard
-// another live instance holds sleeps in manifest.Acquire on the caller's
+// another live instance holds sleeps in ownership.Acquire on the caller's
 // context. Engine.Close waits its whole deadline (one lease) for it, gives up
 // ("1 shards still closing"), closes the WAL and the Store and returns; the
 // OpenShard is still looping in Acquire (the holder keeps renewing), on a

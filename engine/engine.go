@@ -34,7 +34,9 @@ import (
 
 	"github.com/l0store/l0/internal/event"
 	"github.com/l0store/l0/internal/fsutil"
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/internal/shardlink"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
@@ -73,7 +75,7 @@ type Engine struct {
 	opts     Options
 	log      *wal.Log
 	set      *replica.Set
-	store    *manifest.Store
+	store    *ownership.Store
 	uploader *replica.Uploader
 	sealer   *seal.Scheduler
 	encoder  *zstd.Encoder
@@ -91,7 +93,7 @@ type Engine struct {
 		sync.Mutex
 		closed  bool
 		shards  map[string]*shard.Shard
-		owners  map[string]*manifest.Owner
+		owners  map[string]*ownership.Owner
 		opening map[string]bool
 	}
 	warnedUnderReplicated atomic.Bool
@@ -156,13 +158,13 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		opts: opts, log: log, set: set,
-		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger, Clock: opts.Clock, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
+		store:  ownership.NewStoreWithOptions(ownership.StoreOptions{Logger: opts.Logger, Clock: opts.Clock, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
 		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.closing, e.cancelClosing = context.WithCancel(context.Background())
 	e.inst.acquired = make(chan struct{})
 	e.mu.shards = make(map[string]*shard.Shard)
-	e.mu.owners = make(map[string]*manifest.Owner)
+	e.mu.owners = make(map[string]*ownership.Owner)
 	e.mu.opening = make(map[string]bool)
 	e.metrics = newMetrics(e) // its collectors read the tail only when collected
 	e.events = e.newEvents()
@@ -203,7 +205,7 @@ func instanceID(fsys vfs.FS, dir string) (string, error) {
 
 // owners returns the owners of the open shards by shard id, a copy to use without
 // e.mu, and whether the engine is closed.
-func (e *Engine) owners() (map[string]*manifest.Owner, bool) {
+func (e *Engine) owners() (map[string]*ownership.Owner, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return maps.Clone(e.mu.owners), e.mu.closed
@@ -217,11 +219,16 @@ func (e *Engine) Instance() string { return e.opts.Instance }
 func (e *Engine) Options() Options { return e.opts }
 
 // OpenOption changes how OpenShard takes a shard.
-type OpenOption func(*manifest.LeaseOptions)
+type OpenOption func(*openOptions)
+
+// openOptions are what the OpenOptions of an OpenShard set.
+type openOptions struct {
+	wait bool // for a lease another instance holds to run out
+}
 
 // WaitForLease makes OpenShard wait for a lease another instance holds to expire,
 // instead of failing with ErrOwned.
-func WaitForLease() OpenOption { return func(o *manifest.LeaseOptions) { o.Wait = true } }
+func WaitForLease() OpenOption { return func(o *openOptions) { o.wait = true } }
 
 // OpenShard opens shard id: it takes the shard's lease, which fences any earlier
 // owner, settles the WAL against the manifest, and arms a seal of any pages the
@@ -267,24 +274,25 @@ func (e *Engine) OpenShard(ctx context.Context, id string, opts ...OpenOption) (
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		if err := shard.ReleaseLeaving(ctx, e.log, shardTail{e.tail}, owner, id); err != nil {
+		if err := shardlink.ReleaseLeaving(ctx, e.log, shardTail{e.tail}, owner, id); err != nil {
 			return nil, fmt.Errorf("%w: the lease taken meanwhile was not given back: %w", ErrClosed, err)
 		}
 		return nil, ErrClosed
 	}
-	sh, err := shard.Open(id, shard.Config{
+	opened, err := shardlink.Open(id, shardlink.Config{
 		Log: e.log, Owner: owner, Replicas: e.set, Sealer: e.sealer, Uploader: e.uploader,
 		UploadWait: e.opts.Lease.Duration,
 		PartsDir:   e.partsDir, FS: e.opts.FS, BlockSize: e.opts.BlockSize, Encoder: e.encoder, SizeTrigger: e.opts.Seal.SizeBytes,
 		MaxRecordSize: e.opts.MaxRecordSize, MaxBatchBytes: e.opts.MaxBatchBytes,
 		Clock: e.opts.Clock, Tail: shardTail{e.tail},
-		Events: shard.Events{AppendEnded: e.events.AppendEnded, ShardClosed: e.events.ShardClosed},
+		Events: shardlink.Events{AppendEnded: e.events.AppendEnded, ShardClosed: e.events.ShardClosed},
 	}, armed)
 	if err != nil {
 		e.mu.Unlock()
 		e.orphaned(id) // owned under the instance lease, and served by no one
 		return nil, err
 	}
+	sh := opened.(*shard.Shard)
 	e.mu.shards[id] = sh
 	e.mu.owners[id] = owner
 	e.mu.Unlock() // what follows talks to the object store: not under mu

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
@@ -178,7 +179,7 @@ func TestATakeoverWriteStillInFlightIsSettledByTheOrphanPass(t *testing.T) {
 		t.Fatalf("B's open of x, its takeover's write still on the wire: %v; want ErrUnknownOutcome", err)
 	}
 	// Three renewals of B, and their passes, with the write still on the wire.
-	st := manifest.NewStore(optsA.Bucket)
+	st := ownership.NewStore(optsA.Bucket)
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if m, _, err := st.Load(ctx, "x"); err == nil && m.Owner == eB.Instance() && m.Released {

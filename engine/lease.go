@@ -86,7 +86,7 @@ func (e *Engine) heldLease() *lease.Held {
 // began, however long that one took, and sooner after a failure. A renewal that
 // completes after the lease ran out starts a new generation of it: every owned
 // shard's ownership is then confirmed by a write of its manifest before it
-// acknowledges again (see manifest.Owner.Confirm).
+// acknowledges again (see ownership.Owner.Confirm).
 func (e *Engine) renewLease() {
 	defer close(e.done)
 	select {

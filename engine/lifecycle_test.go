@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/l0store/l0/internal/emulator"
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
@@ -385,7 +385,7 @@ func TestAFencedOwnerAcknowledgesNothing(t *testing.T) {
 		if _, err := a.Seal(ctx, 1<<20); !errors.Is(err, ErrFenced) {
 			t.Fatalf("the fenced owner's late seal: %v, want ErrFenced", err)
 		}
-		m, _, err := manifest.NewStore(bucket).Load(ctx, "orders-7")
+		m, _, err := ownership.NewStore(bucket).Load(ctx, "orders-7")
 		if err != nil {
 			t.Fatal(err)
 		}

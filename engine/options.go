@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/l0store/l0/clock"
-	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate"
@@ -264,6 +264,6 @@ type LeaseOptions struct {
 }
 
 // ownership is the manifest's lease options the engine's ownerships run under.
-func (o Options) ownership() manifest.LeaseOptions {
-	return manifest.LeaseOptions{Duration: o.Lease.Duration, SkewMargin: o.Lease.SkewMargin, Clock: o.Clock}
+func (o Options) ownership() ownership.LeaseOptions {
+	return ownership.LeaseOptions{Duration: o.Lease.Duration, SkewMargin: o.Lease.SkewMargin, Clock: o.Clock}
 }

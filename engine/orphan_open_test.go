@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
@@ -79,7 +80,7 @@ func TestAnOpenInFlightDoesNotSettleAnOrphan(t *testing.T) {
 	if err := wire.land(t); err != nil {
 		t.Fatalf("the late takeover write: %v", err)
 	}
-	st := manifest.NewStore(optsA.Bucket)
+	st := ownership.NewStore(optsA.Bucket)
 	m, _, _ := st.Load(ctx, "x")
 	t.Logf("x's manifest after the late write: owner %s (B is %s) released=%v", m.Owner, eB.Instance(), m.Released)
 	openWithin(t, eA, "x", 5*lateLease.Duration, "B's takeover landed late, after B's user open (in flight during the orphan pass) failed")

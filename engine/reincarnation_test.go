@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -182,7 +182,7 @@ func TestTwoReincarnationsDuringAnOpenKeepRemoteAcksReachable(t *testing.T) {
 	if o.err != nil {
 		t.Fatalf("OpenShard(z): %v", o.err)
 	}
-	m, _, _ := manifest.NewStore(optsB.Bucket).Load(ctx, "z")
+	m, _, _ := ownership.NewStore(optsB.Bucket).Load(ctx, "z")
 	t.Logf("z's takeover points at incarnation %d (the tail was fenced at %d and %d)", m.Tail.Incarnation, first, first+1)
 	appendAcked(t, o.sh, ackedZ, []byte("acknowledged after two reincarnations"))
 	fa.SetRules()

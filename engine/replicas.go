@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 )
@@ -40,7 +41,7 @@ func (e *Engine) BackfillUnderReplicated(ctx context.Context) (int, error) {
 }
 
 // backfill queues the copies one shard's parts lack, recorded by its owner o.
-func (e *Engine) backfill(id string, o *manifest.Owner) (int, error) {
+func (e *Engine) backfill(id string, o *ownership.Owner) (int, error) {
 	if e.set.Len() < 2 {
 		return 0, nil
 	}
@@ -90,7 +91,7 @@ func (e *Engine) FlushAndWaitUploads(ctx context.Context) error {
 
 // warnIfUnderReplicated logs, once per engine, that parts lack copies and nothing
 // will make them: without backfill the other replicas are not a recoverable copy.
-func (e *Engine) warnIfUnderReplicated(id string, o *manifest.Owner) {
+func (e *Engine) warnIfUnderReplicated(id string, o *ownership.Owner) {
 	if e.set.Len() < 2 || e.warnedUnderReplicated.Load() {
 		return
 	}

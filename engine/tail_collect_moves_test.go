@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 )
@@ -97,7 +97,7 @@ func TestCollectionKeepsAShardsBacklogWhileItMovesToANewIncarnation(t *testing.T
 	if err := y.Retire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m, _, err := manifest.NewStore(optsB.Bucket).Load(ctx, "y"); err == nil {
+	if m, _, err := ownership.NewStore(optsB.Bucket).Load(ctx, "y"); err == nil {
 		t.Logf("y's manifest: sealed %d epoch %d tail %+v", m.Sealed, m.Epoch, *m.Tail)
 	}
 	shB, err := eB.OpenShard(ctx, "y")

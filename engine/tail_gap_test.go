@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
 )
 
@@ -279,7 +279,7 @@ func TestASealPastAJustShippedPageLosesNoAcknowledgedRecord(t *testing.T) {
 					if _, _, err := fx.eA.tail.Until(context.Background(), "s"); err != nil {
 						t.Fatal(err)
 					}
-					var lease manifest.LeaseOptions
+					var lease ownership.LeaseOptions
 					lease.EnsureDefaults()
 					skip = lease.Duration + lease.SkewMargin + time.Second
 				}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/internal/testclock"
-	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
@@ -182,7 +182,7 @@ func TestARetireAfterFailedChainWritesKeepsEveryRecord(t *testing.T) {
 	if err := y.Retire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := manifest.NewStore(optsB.Bucket).Load(ctx, "y")
+	m, _, err := ownership.NewStore(optsB.Bucket).Load(ctx, "y")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ func TestAnEngineClosedWhileMovingToANewIncarnationKeepsEveryRecord(t *testing.T
 		t.Logf("the append that met the fence: %v", err)
 	}
 
-	m, _, err := manifest.NewStore(optsB.Bucket).Load(ctx, "y")
+	m, _, err := ownership.NewStore(optsB.Bucket).Load(ctx, "y")
 	if err != nil {
 		t.Fatal(err)
 	}

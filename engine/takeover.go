@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/l0store/l0/internal/lease"
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 )
@@ -32,11 +33,13 @@ import (
 // manifest points at; the next attempt decides again from the manifest. Deciding
 // after the publish would not be: once the manifest names this instance at the
 // WAL's epoch, superseded pages look like ours.
-func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*manifest.Owner, bool, error) {
-	lopts := e.opts.ownership()
+func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*ownership.Owner, bool, error) {
+	var oo openOptions
 	for _, o := range opts {
-		o(&lopts)
+		o(&oo)
 	}
+	lopts := e.opts.ownership()
+	lopts.Wait = oo.wait
 	held, err := e.lease(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("engine: open shard %q: %w", id, err)
@@ -64,13 +67,13 @@ func (e *Engine) takeOver(ctx context.Context, id string, opts []OpenOption) (*m
 
 // takeOverOnce is one attempt of takeOver, and how many records it read from the
 // previous owner's tail; manifest.ErrMoved means start again.
-func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, opts manifest.LeaseOptions) (*manifest.Owner, int, error) {
+func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, opts ownership.LeaseOptions) (*ownership.Owner, int, error) {
 	// The tail's first incarnation is live in the chain (the previous process's
 	// fenced and ended) before anything of this instance's tail is read.
 	if _, err := e.tail.Position(ctx); err != nil {
 		return nil, 0, fmt.Errorf("engine: the tail: %w", err)
 	}
-	c, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
+	c, err := ownership.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -129,7 +132,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 				// The fence stops the previous owner's acknowledgements; what it
 				// committed before is in the manifest now, and its tail is read to
 				// the fence again from there.
-				again, err := manifest.Inspect(ctx, e.store, id, e.opts.Instance, opts)
+				again, err := ownership.Inspect(ctx, e.store, id, e.opts.Instance, opts)
 				if err != nil {
 					return nil, 0, err
 				}
@@ -158,7 +161,7 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 	if err := e.shipBacklog(ctx, id, epoch, prev.Sealed); err != nil {
 		return nil, 0, err
 	}
-	o, err := manifest.Take(ctx, e.store, c, held, opts, e.tailPointer(at))
+	o, err := ownership.Take(ctx, e.store, c, held, opts, e.tailPointer(at))
 	if err != nil {
 		return nil, 0, e.takeoverFailed(id, c, err)
 	}
@@ -220,7 +223,7 @@ func (e *Engine) walBehind(id string, sealed uint64, history [][]byte) (bool, er
 //
 // Take tells the two apart: ErrMoved is a write refused, and any failure of a
 // write that was sent, whatever reading back found, is ErrUnknownOutcome.
-func (e *Engine) takeoverFailed(id string, c manifest.Claim, err error) error {
+func (e *Engine) takeoverFailed(id string, c ownership.Claim, err error) error {
 	if errors.Is(err, manifest.ErrUnknownOutcome) {
 		e.takeoverOrphaned(id, c.Version())
 	}

@@ -57,8 +57,6 @@ var (
 
 	// ErrClosed reports a wait for a copy that the Store's Close dropped.
 	ErrClosed = errors.New("manifest: store closed")
-
-	errAlreadyDone = errors.New("manifest: already done")
 )
 
 // OwnedError says who holds a shard and until when.
@@ -131,11 +129,6 @@ type Tail struct {
 	UntilIncarnation uint64 `json:"until_incarnation,omitempty"`
 }
 
-// before reports whether (incarnation, seq) comes before (oi, os) in a tail.
-func before(incarnation, seq, oi, os uint64) bool {
-	return incarnation < oi || (incarnation == oi && seq < os)
-}
-
 // Fork is the manifest of another authority's history that a takeover started
 // from.
 type Fork struct {
@@ -144,21 +137,30 @@ type Fork struct {
 	Seq       uint64 `json:"seq"`
 }
 
-// descends reports whether m's history includes a: a is of m's authority (or of
+// Descends reports whether m's history includes a: a is of m's authority (or of
 // none recorded) and not newer, or of the authority m forked from, at or before
 // the fork.
-func (m Manifest) descends(a Manifest) bool {
+func (m Manifest) Descends(a Manifest) bool {
 	switch {
 	case m.Authority == "": // written before authorities were recorded
-		return a.Authority == "" && !newer(a, m)
+		return a.Authority == "" && !a.After(m)
 	case a.Authority == m.Authority:
-		return !newer(a, m)
+		return !a.After(m)
 	case m.Fork != nil && m.Fork.Authority == a.Authority:
 		// Of the history m took over from (a manifest that named no authority,
 		// written before they were recorded, included): only up to the fork.
-		return !newer(a, Manifest{Epoch: m.Fork.Epoch, Seq: m.Fork.Seq})
+		return !a.After(Manifest{Epoch: m.Fork.Epoch, Seq: m.Fork.Seq})
 	}
 	return false
+}
+
+// After reports whether m comes after b in the shard's history: a later epoch,
+// or a later write in the same one.
+func (m Manifest) After(b Manifest) bool {
+	if m.Epoch != b.Epoch {
+		return m.Epoch > b.Epoch
+	}
+	return m.Seq > b.Seq
 }
 
 // Part is one sealed part.

@@ -43,7 +43,7 @@ type Job struct {
 func (j Job) Backfill() bool { return j.SealedAt.IsZero() }
 
 // Recorder records in a shard's manifest that replica holds the part under key, and
-// publishes it: a manifest.Owner does. A job carries its own, the owner of the
+// publishes it: a ownership.Owner does. A job carries its own, the owner of the
 // shard that queued it, so a copy is recorded by that owner and no other: one that
 // ends after the owner released the shard, or was fenced, stays unrecorded until a
 // backfill.

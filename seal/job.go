@@ -15,6 +15,7 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/fsutil"
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/part"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
@@ -26,7 +27,7 @@ type Job struct {
 	Shard string
 	Epoch uint64
 	Log   *wal.Log
-	Owner *manifest.Owner
+	Owner *ownership.Owner
 	// Bucket is the first replica, named Replica: parts are written there at seal.
 	Bucket  *substrate.Bucket
 	Replica string

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
@@ -19,7 +20,7 @@ import (
 // manifest's epoch past the sealed watermark: the next owner reads it there.
 type tails struct {
 	b     *substrate.Bucket // the store, without faults
-	store *manifest.Store
+	store *ownership.Store
 	seen  map[string][]tail.Entry
 }
 
@@ -28,7 +29,7 @@ func newTails(w *world) (*tails, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tails{b: b, store: manifest.NewStore(b), seen: map[string][]tail.Entry{}}, nil
+	return &tails{b: b, store: ownership.NewStore(b), seen: map[string][]tail.Entry{}}, nil
 }
 
 // check looks at the store now.

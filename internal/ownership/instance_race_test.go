@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -187,7 +188,7 @@ func TestAMissingInstanceLeaseDoesNotFreeItsShardsWhileItsHolderIsValid(t *testi
 		}
 		t.Fatalf("B's takeover one second after A's lease object went missing: %v, want ErrOwned", err)
 	}
-	if !errors.Is(err, ErrOwned) {
+	if !errors.Is(err, manifest.ErrOwned) {
 		t.Fatalf("B's inspection: %v, want ErrOwned", err)
 	}
 	// A's next renewal writes its lease anew, and A stays valid.
@@ -226,7 +227,7 @@ func TestATakeWhoseOutcomeIsUnknownSaysSo(t *testing.T) {
 	if err == nil {
 		t.Fatal("the takeover succeeded though its outcome could not be read back")
 	}
-	if !errors.Is(err, ErrUnknownOutcome) {
+	if !errors.Is(err, manifest.ErrUnknownOutcome) {
 		t.Fatalf("a takeover that landed with its reply and its read-back lost: %v; want ErrUnknownOutcome", err)
 	}
 }

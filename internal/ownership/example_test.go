@@ -1,4 +1,4 @@
-package manifest_test
+package ownership_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/internal/lease"
+	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
@@ -17,16 +18,16 @@ func Example() {
 	ctx := context.Background()
 	authority, _ := substrate.New(mem.New(), substrate.Options{Name: "auth"})
 	defer authority.Close()
-	st := manifest.NewStore(authority)
+	st := ownership.NewStore(authority)
 	defer st.Close()
 
-	opts := manifest.LeaseOptions{}
+	opts := ownership.LeaseOptions{}
 	opts.EnsureDefaults()
 	held, err := lease.Acquire(ctx, authority, lease.InstanceKey("i1"), "i1", nil, opts.LeaseOf())
 	if err != nil {
 		panic(err)
 	}
-	o, _, err := manifest.Acquire(ctx, st, "orders-7", held, opts, nil)
+	o, _, err := ownership.Acquire(ctx, st, "orders-7", held, opts, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +43,7 @@ func Example() {
 	if err := o.Release(ctx); err != nil {
 		panic(err)
 	}
-	_, _, err = manifest.Acquire(ctx, st, "orders-7", held, opts, nil) // released: taken at once
+	_, _, err = ownership.Acquire(ctx, st, "orders-7", held, opts, nil) // released: taken at once
 	fmt.Println("again:", err)
 	// Output:
 	// epoch 1 valid: true

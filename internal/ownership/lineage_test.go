@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -19,7 +20,7 @@ func flushUntil(t *testing.T, st *Store) error {
 	ctx := context.Background()
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = st.Flush(ctx); err == nil || errors.Is(err, ErrDiverged) {
+		if err = st.Flush(ctx); err == nil || errors.Is(err, manifest.ErrDiverged) {
 			return err
 		}
 	}
@@ -63,7 +64,7 @@ func TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority(t *te
 	time.Sleep(50 * time.Millisecond)
 	c := coldOpen(t, bDrv, LeaseOptions{}, part(0, 4), part(4, 4))
 	bFromA.SetRules()
-	if err := flushUntil(t, stA); !errors.Is(err, ErrDiverged) {
+	if err := flushUntil(t, stA); !errors.Is(err, manifest.ErrDiverged) {
 		t.Fatalf("A's copy to b: %v, want ErrDiverged (the same-epoch case is caught)", err)
 	}
 
@@ -76,7 +77,7 @@ func TestADivergedReplicaIsNeverOverwrittenByALaterEpochOfAnotherAuthority(t *te
 		t.Fatal(err)
 	}
 	ferr := flushUntil(t, stA)
-	m, err := LoadFrom(ctx, bucket(t, "b", bDrv), "s")
+	m, err := manifest.LoadFrom(ctx, bucket(t, "b", bDrv), "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestAReplicaAheadInAnotherHistoryIsReportedDiverged(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	werr := a.WaitCopies(wctx)
-	m, err := LoadFrom(ctx, bucket(t, "b", bDrv), "s")
+	m, err := manifest.LoadFrom(ctx, bucket(t, "b", bDrv), "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +173,12 @@ func TestADelayedCopyNeverAdoptsAnotherHistorysVersion(t *testing.T) {
 	c := coldOpen(t, bDrv, LeaseOptions{}, part(0, 4), part(4, 4))
 	renew(t, a, 4)
 	ferr := flushUntil(t, stA)
-	m, err := LoadFrom(ctx, bucket(t, "b", bDrv), "s")
+	m, err := manifest.LoadFrom(ctx, bucket(t, "b", bDrv), "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cerr := c.Confirm(ctx)
-	if m.Owner != "C" || m.Sealed != 8 || !errors.Is(ferr, ErrDiverged) {
+	if m.Owner != "C" || m.Sealed != 8 || !errors.Is(ferr, manifest.ErrDiverged) {
 		t.Fatalf("A's copies (epoch %d, another lineage) vs C's manifest on b: Flush %v; b holds owner %q epoch %d seq %d sealed %d with %d parts (C committed through 8); C's next renewal: %v",
 			a.Epoch(), ferr, m.Owner, m.Epoch, m.Seq, m.Sealed, len(m.Parts), cerr)
 	}

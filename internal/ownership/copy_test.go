@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -55,7 +56,7 @@ func TestALateManifestCopyNeverMovesAReplicaBack(t *testing.T) {
 	if err := a.WaitCopies(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m, err := LoadFrom(ctx, replica, "s")
+	m, err := manifest.LoadFrom(ctx, replica, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestASlowReplicaNeverHoldsUpAPublish(t *testing.T) {
 	if err := o.WaitCopies(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m, err := LoadFrom(ctx, bucket(t, "replica", replicaDrv), "s")
+	m, err := manifest.LoadFrom(ctx, bucket(t, "replica", replicaDrv), "s")
 	if err != nil || m.Sealed != 5 || m.Seq != o.Manifest().Seq {
 		t.Fatalf("the replica holds %+v, %v; want the last publish", m, err)
 	}

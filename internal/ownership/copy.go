@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 )
 
@@ -42,9 +43,9 @@ type copier struct {
 
 // copyState is one shard's copy on one substrate.
 type copyState struct {
-	want     Manifest // newest published; want.Seq > landed while a copy is due
-	data     []byte   // want's encoding
-	landed   uint64   // sequence known to be on the substrate, ours or newer
+	want     manifest.Manifest // newest published; want.Seq > landed while a copy is due
+	data     []byte            // want's encoding
+	landed   uint64            // sequence known to be on the substrate, ours or newer
 	ver      substrate.Version
 	inflight bool
 	queued   bool
@@ -61,14 +62,14 @@ func newCopier(b *substrate.Bucket, opts StoreOptions) *copier {
 }
 
 // offer hands over a manifest the authority now holds.
-func (c *copier) offer(m Manifest, data []byte) {
+func (c *copier) offer(m manifest.Manifest, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.closed {
 		return
 	}
 	st := c.stateLocked(m.Shard)
-	if !newer(m, st.want) {
+	if !m.After(st.want) {
 		return
 	}
 	st.want, st.data = m, data
@@ -82,14 +83,6 @@ func (c *copier) stateLocked(shard string) *copyState {
 		c.mu.shards[shard] = st
 	}
 	return st
-}
-
-// newer reports whether a comes after b in the shard's history.
-func newer(a, b Manifest) bool {
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
-	}
-	return a.Seq > b.Seq
 }
 
 // enqueueLocked queues the shard's copy unless one is in flight (it requeues the
@@ -169,8 +162,8 @@ const copyRetryDelay = time.Second
 // copy writes m to the substrate unless it holds m or a newer manifest already. ver
 // is the version this copier last saw there ("" if none); it returns the sequence
 // now known to be there and its version.
-func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrate.Version) (uint64, substrate.Version, error) {
-	key := Key(m.Shard)
+func (c *copier) copy(ctx context.Context, m manifest.Manifest, data []byte, ver substrate.Version) (uint64, substrate.Version, error) {
+	key := manifest.Key(m.Shard)
 	for attempt := 0; attempt < maxConflicts; attempt++ {
 		var attrs substrate.Attrs
 		var err error
@@ -188,7 +181,7 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 		}
 		// Anything but a precondition failure may still have landed (a lost reply):
 		// reading back tells, as a conflict does.
-		cur, curVer, raw, lerr := loadRaw(ctx, c.b, m.Shard)
+		cur, curVer, raw, lerr := manifest.Read(ctx, c.b, m.Shard)
 		if lerr != nil {
 			return 0, "", fmt.Errorf("manifest %s: copy to %s: %w", m.Shard, c.b.Name(), errors.Join(err, lerr))
 		}
@@ -199,12 +192,12 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 		case curVer == "":
 		case cur.Epoch == m.Epoch && cur.Seq == m.Seq && bytes.Equal(raw, data):
 			return m.Seq, curVer, nil // ours
-		case cur.descends(m):
+		case cur.Descends(m):
 			// A newer manifest of this history (or of one that took over from it
 			// after m) holds the replica: never move it back. Its version is not
 			// kept: the next copy must read what is there again.
 			return m.Seq, "", nil
-		case (!m.descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner) && !(cur.Released && !cur.Backlog && cur.Epoch <= m.Epoch && partsPrefix(cur.Parts, m.Parts)):
+		case (!m.Descends(cur) || cur.Epoch == m.Epoch && cur.Owner != m.Owner) && !(cur.Released && !cur.Backlog && cur.Epoch <= m.Epoch && partsPrefix(cur.Parts, m.Parts)):
 			// The replica holds a history that is not m's past: it was used as an
 			// authority of its own (a cold open from it alone) while this one
 			// lived. Neither is older; overwriting would drop what it committed,
@@ -214,7 +207,7 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 			// nothing of its own behind, such as a cold read's, loses nothing:
 			// m overwrites it. No version is kept, so no later copy swaps on it.
 			return 0, "", fmt.Errorf("manifest %s: copy to %s: %q holds epoch %d seq %d of %q there, %q epoch %d seq %d of %q here: %w",
-				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, cur.Seq, cur.Authority, m.Owner, m.Epoch, m.Seq, m.Authority, ErrDiverged)
+				m.Shard, c.b.Name(), cur.Owner, cur.Epoch, cur.Seq, cur.Authority, m.Owner, m.Epoch, m.Seq, m.Authority, manifest.ErrDiverged)
 		}
 		ver = curVer
 	}
@@ -222,7 +215,7 @@ func (c *copier) copy(ctx context.Context, m Manifest, data []byte, ver substrat
 }
 
 // partsPrefix reports whether a's parts are the first of b's.
-func partsPrefix(a, b []Part) bool {
+func partsPrefix(a, b []manifest.Part) bool {
 	if len(a) > len(b) {
 		return false
 	}
@@ -249,7 +242,7 @@ func (c *copier) wait(ctx context.Context, shard string, seq uint64) error {
 		}
 		if c.mu.closed {
 			c.mu.Unlock()
-			return fmt.Errorf("manifest %s: the copy to %s was dropped: %w", shard, c.b.Name(), ErrClosed)
+			return fmt.Errorf("manifest %s: the copy to %s was dropped: %w", shard, c.b.Name(), manifest.ErrClosed)
 		}
 		ch := st.changed
 		c.mu.Unlock()
@@ -261,7 +254,7 @@ func (c *copier) wait(ctx context.Context, shard string, seq uint64) error {
 		c.mu.Lock()
 		err := st.err
 		c.mu.Unlock()
-		if errors.Is(err, ErrDiverged) {
+		if errors.Is(err, manifest.ErrDiverged) {
 			return err // no retry can land it
 		}
 		if err != nil {

@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -11,8 +11,17 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/lease"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 )
+
+// before reports whether (incarnation, seq) comes before (oi, os) in a tail.
+func before(incarnation, seq, oi, os uint64) bool {
+	return incarnation < oi || (incarnation == oi && seq < os)
+}
+
+// errAlreadyDone reports a change the manifest already holds: nothing to write.
+var errAlreadyDone = errors.New("manifest: already done")
 
 // LeaseOptions configure ownership. The zero value of each field means its default.
 type LeaseOptions struct {
@@ -64,7 +73,7 @@ type Owner struct {
 	epoch    uint64
 	opts     LeaseOptions
 
-	published atomic.Pointer[Manifest] // as last published; never modified
+	published atomic.Pointer[manifest.Manifest] // as last published; never modified
 	// gen is the instance lease's generation the ownership was last confirmed
 	// in, by a write of the manifest that began in it; 0 for none.
 	gen      atomic.Uint64
@@ -94,23 +103,23 @@ type validity struct {
 // with no tail pointer, again from Inspect while another write comes between. An
 // error from before abandons the takeover. It returns the Owner and the manifest
 // as it was before the takeover.
-func Acquire(ctx context.Context, store *Store, shard string, held *lease.Held, opts LeaseOptions, before func(prev Manifest, epoch uint64) error) (*Owner, Manifest, error) {
+func Acquire(ctx context.Context, store *Store, shard string, held *lease.Held, opts LeaseOptions, before func(prev manifest.Manifest, epoch uint64) error) (*Owner, manifest.Manifest, error) {
 	for {
 		c, err := Inspect(ctx, store, shard, held.Holder(), opts)
 		if err != nil {
-			return nil, Manifest{}, err
+			return nil, manifest.Manifest{}, err
 		}
 		if before != nil {
 			if err := before(c.Prev, c.Epoch()); err != nil {
-				return nil, Manifest{}, err
+				return nil, manifest.Manifest{}, err
 			}
 		}
 		o, err := Take(ctx, store, c, held, opts, nil)
-		if errors.Is(err, ErrMoved) {
+		if errors.Is(err, manifest.ErrMoved) {
 			continue
 		}
 		if err != nil {
-			return nil, Manifest{}, err
+			return nil, manifest.Manifest{}, err
 		}
 		return o, c.Prev, nil
 	}
@@ -120,7 +129,7 @@ func Acquire(ctx context.Context, store *Store, shard string, held *lease.Held, 
 // publishes the takeover over it unless another write came between.
 type Claim struct {
 	// Prev is the manifest before the takeover.
-	Prev Manifest
+	Prev manifest.Manifest
 	// Expired reports a shard another instance owned and did not release, whose
 	// lease ran out: that owner may still be running, and must be fenced from
 	// whatever it writes outside the manifest (its tail) before that is read.
@@ -167,7 +176,7 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 			return Claim{Prev: m, Expired: true, ver: ver}, nil
 		}
 		if !opts.Wait {
-			return Claim{}, &OwnedError{Shard: shard, Owner: m.Owner, Expiry: expiry}
+			return Claim{}, &manifest.OwnedError{Shard: shard, Owner: m.Owner, Expiry: expiry}
 		}
 		if err := sleep(ctx, opts.Clock, expiry.Add(opts.SkewMargin).Sub(opts.Clock.Now())); err != nil {
 			return Claim{}, err
@@ -185,7 +194,7 @@ func Inspect(ctx context.Context, store *Store, shard, instance string, opts Lea
 // say its holder stopped: it may be valid by its last renewal, and acknowledging.
 // It is written back as though renewed now, so that the shard is free only a whole
 // lease later unless the holder renews it meanwhile.
-func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts LeaseOptions) (live bool, expiry time.Time, err error) {
+func (s *Store) ownerLive(ctx context.Context, m manifest.Manifest, at time.Time, opts LeaseOptions) (live bool, expiry time.Time, err error) {
 	if m.Lease == "" {
 		return at.Before(m.LeaseExpiry.Add(opts.SkewMargin)), m.LeaseExpiry, nil
 	}
@@ -215,7 +224,7 @@ func (s *Store) ownerLive(ctx context.Context, m Manifest, at time.Time, opts Le
 // came after c was read: inspect again. ErrUnknownOutcome means the takeover may
 // have landed or may still land (on c.Version() only): the shard may be owned
 // under held with no Owner to serve it.
-func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts LeaseOptions, tail *Tail) (*Owner, error) {
+func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts LeaseOptions, tail *manifest.Tail) (*Owner, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -225,7 +234,7 @@ func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts Lea
 	m := c.Prev.Clone()
 	if a := store.authorityName(); m.Authority != a {
 		if m.Epoch > 0 { // not a new shard: its history so far is another's, or unnamed
-			m.Fork = &Fork{Authority: m.Authority, Epoch: m.Epoch, Seq: m.Seq}
+			m.Fork = &manifest.Fork{Authority: m.Authority, Epoch: m.Epoch, Seq: m.Seq}
 		}
 		m.Authority = a
 	}
@@ -242,7 +251,7 @@ func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts Lea
 	if errors.Is(err, substrate.ErrPreconditionFailed) {
 		// Another instance wrote first, or our write did and its reply was lost:
 		// either way, look again.
-		return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, ErrMoved)
+		return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, manifest.ErrMoved)
 	}
 	confirmed := err == nil && lerr == nil
 	if err != nil {
@@ -251,14 +260,14 @@ func Take(ctx context.Context, store *Store, c Claim, held *lease.Held, opts Lea
 		// before the lease's generation began: it confirms nothing.
 		_, curVer, landed, serr := store.settle(ctx, m, data)
 		if serr != nil {
-			return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, errors.Join(ErrUnknownOutcome, err, serr))
+			return nil, fmt.Errorf("manifest %s: take epoch %d: %w", m.Shard, m.Epoch, errors.Join(manifest.ErrUnknownOutcome, err, serr))
 		}
 		if !landed {
 			// Not there now; but a request still in flight may land later, on
 			// the version it was sent for (c's), and no later write of this
 			// takeover replaces it: the caller must treat the shard as possibly
 			// taken.
-			return nil, fmt.Errorf("manifest %s: take epoch %d: not there when read back, and may still land: %w", m.Shard, m.Epoch, errors.Join(ErrUnknownOutcome, err))
+			return nil, fmt.Errorf("manifest %s: take epoch %d: not there when read back, and may still land: %w", m.Shard, m.Epoch, errors.Join(manifest.ErrUnknownOutcome, err))
 		}
 		newVer = curVer
 	}
@@ -287,7 +296,7 @@ func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 func (o *Owner) Settled() bool { return !o.doubt.Load() }
 
 // Manifest returns a copy of the manifest as last published.
-func (o *Owner) Manifest() Manifest { return o.published.Load().Clone() }
+func (o *Owner) Manifest() manifest.Manifest { return o.published.Load().Clone() }
 
 // Sealed returns the sealed watermark as last published.
 func (o *Owner) Sealed() uint64 { return o.published.Load().Sealed }
@@ -307,11 +316,11 @@ func (o *Owner) Valid() error {
 	gen, err := o.lease.Valid()
 	switch {
 	case errors.Is(err, lease.ErrExpired):
-		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, errors.Join(ErrLeaseExpired, err))
+		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, errors.Join(manifest.ErrLeaseExpired, err))
 	case err != nil:
-		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, errors.Join(ErrFenced, err))
+		return fmt.Errorf("manifest %s: epoch %d: %w", o.published.Load().Shard, o.epoch, errors.Join(manifest.ErrFenced, err))
 	case gen != o.gen.Load():
-		return fmt.Errorf("manifest %s: epoch %d: the instance lease lapsed since the ownership was confirmed: %w", o.published.Load().Shard, o.epoch, ErrLeaseExpired)
+		return fmt.Errorf("manifest %s: epoch %d: the instance lease lapsed since the ownership was confirmed: %w", o.published.Load().Shard, o.epoch, manifest.ErrLeaseExpired)
 	}
 	return nil
 }
@@ -322,7 +331,7 @@ func (o *Owner) Valid() error {
 // confirmed in the lease's new generation, is not fenced.
 func (o *Owner) Fenced() bool {
 	err := o.Valid()
-	return err != nil && !errors.Is(err, ErrLeaseExpired)
+	return err != nil && !errors.Is(err, manifest.ErrLeaseExpired)
 }
 
 // Lapsed reports whether the owner is valid but for a confirmation: its instance
@@ -346,14 +355,14 @@ func (o *Owner) stop(err error) error {
 // ownership in the lease's new generation (a takeover that read the manifest
 // before fails to publish). After the epoch moved every call fails with ErrFenced.
 func (o *Owner) Confirm(ctx context.Context) error {
-	return o.update(ctx, func(*Manifest) error { return nil })
+	return o.update(ctx, func(*manifest.Manifest) error { return nil })
 }
 
 // Commit adds a sealed part, which must start at the sealed watermark. It is idempotent: a part whose key the manifest already holds (an earlier
 // attempt whose reply was lost) is success. A nil error means the part is in the
 // authority's manifest.
-func (o *Owner) Commit(ctx context.Context, p Part) error {
-	return o.commit(ctx, p, func(*Tail) {})
+func (o *Owner) Commit(ctx context.Context, p manifest.Part) error {
+	return o.commit(ctx, p, func(*manifest.Tail) {})
 }
 
 // CommitTail is Commit that also advances the tail pointer to (incarnation,
@@ -361,22 +370,22 @@ func (o *Owner) Commit(ctx context.Context, p Part) error {
 // record of the shard past the part, if the pointer names the owner's tail and
 // that moves it forward: a takeover then reads fewer objects, and collection
 // keeps fewer.
-func (o *Owner) CommitTail(ctx context.Context, p Part, incarnation, from uint64) error {
-	return o.commit(ctx, p, func(t *Tail) {
+func (o *Owner) CommitTail(ctx context.Context, p manifest.Part, incarnation, from uint64) error {
+	return o.commit(ctx, p, func(t *manifest.Tail) {
 		if t != nil && t.Instance == o.instance && before(t.Incarnation, t.From, incarnation, from) {
 			t.Incarnation, t.From = incarnation, from
 		}
 	})
 }
 
-func (o *Owner) commit(ctx context.Context, p Part, advance func(*Tail)) error {
-	return o.update(ctx, func(m *Manifest) error {
+func (o *Owner) commit(ctx context.Context, p manifest.Part, advance func(*manifest.Tail)) error {
+	return o.update(ctx, func(m *manifest.Manifest) error {
 		advance(m.Tail)
-		if slices.ContainsFunc(m.Parts, func(q Part) bool { return q.Key == p.Key }) {
+		if slices.ContainsFunc(m.Parts, func(q manifest.Part) bool { return q.Key == p.Key }) {
 			return errAlreadyDone
 		}
 		if p.First != m.Sealed {
-			return fmt.Errorf("manifest %s: part %s starts at %d, the sealed watermark is %d: %w", m.Shard, p.Key, p.First, m.Sealed, ErrConflict)
+			return fmt.Errorf("manifest %s: part %s starts at %d, the sealed watermark is %d: %w", m.Shard, p.Key, p.First, m.Sealed, manifest.ErrConflict)
 		}
 		m.Parts = append(m.Parts, p)
 		m.Sealed = p.Next()
@@ -404,14 +413,14 @@ func (o *Owner) AddReplica(ctx context.Context, key, replica string) error {
 	o.adds.Unlock()
 	if len(batch) > 0 { // else a publish before this one carried req
 		errs := make([]error, len(batch))
-		err := o.updateLocked(ctx, func(m *Manifest) error {
+		err := o.updateLocked(ctx, func(m *manifest.Manifest) error {
 			changed := false
 			for i, r := range batch {
 				errs[i] = nil
-				j := slices.IndexFunc(m.Parts, func(p Part) bool { return p.Key == r.key })
+				j := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == r.key })
 				switch {
 				case j < 0:
-					errs[i] = fmt.Errorf("manifest %s: part %s: %w", m.Shard, r.key, ErrUnknownPart)
+					errs[i] = fmt.Errorf("manifest %s: part %s: %w", m.Shard, r.key, manifest.ErrUnknownPart)
 				case !slices.Contains(m.Parts[j].Replicas, r.replica):
 					m.Parts[j].Replicas = append(m.Parts[j].Replicas, r.replica)
 					changed = true
@@ -459,7 +468,7 @@ func (o *Owner) ReleaseWithBacklog(ctx context.Context, incarnation, until uint6
 }
 
 func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until uint64) error {
-	err := o.update(ctx, func(m *Manifest) error {
+	err := o.update(ctx, func(m *manifest.Manifest) error {
 		m.Released, m.Backlog, m.LeaseExpiry = true, backlog, time.Time{}
 		switch t := m.Tail; {
 		case !backlog:
@@ -473,7 +482,7 @@ func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until ui
 		return nil
 	})
 	if err == nil {
-		o.stop(fmt.Errorf("manifest %s: %w", o.published.Load().Shard, ErrReleased))
+		o.stop(fmt.Errorf("manifest %s: %w", o.published.Load().Shard, manifest.ErrReleased))
 	}
 	return err
 }
@@ -482,7 +491,7 @@ func (o *Owner) release(ctx context.Context, backlog bool, incarnation, until ui
 // with ErrFenced. The owner's tail learned that another instance took the
 // shard over at this epoch.
 func (o *Owner) Fence(why string) {
-	o.stop(fmt.Errorf("manifest %s: %w: %s", o.published.Load().Shard, ErrFenced, why))
+	o.stop(fmt.Errorf("manifest %s: %w: %s", o.published.Load().Shard, manifest.ErrFenced, why))
 }
 
 // update applies change to the manifest and publishes it by compare-and-swap; a
@@ -490,14 +499,14 @@ func (o *Owner) Fence(why string) {
 // that lease's generation. On a precondition failure it reloads: a moved epoch
 // fences the owner for good; otherwise (a write of ours whose reply was lost) it
 // applies change again to what it found.
-func (o *Owner) update(ctx context.Context, change func(*Manifest) error) error {
+func (o *Owner) update(ctx context.Context, change func(*manifest.Manifest) error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.updateLocked(ctx, change)
 }
 
 // updateLocked is update with o.mu held.
-func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) error {
+func (o *Owner) updateLocked(ctx context.Context, change func(*manifest.Manifest) error) error {
 	if err := o.validity.Load().err; err != nil {
 		return err
 	}
@@ -529,7 +538,7 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 		cur, curVer, landed, lerr := o.store.settle(ctx, m, data)
 		if lerr != nil {
 			o.doubt.Store(true)
-			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err, lerr))
+			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(manifest.ErrUnknownOutcome, err, lerr))
 		}
 		// The authority was read: what follows is what it holds.
 		o.doubt.Store(false)
@@ -542,14 +551,14 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 			return nil
 		}
 		if cur.Epoch != o.epoch || cur.Owner != o.instance {
-			return o.stop(fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.epoch, cur.Epoch, cur.Owner, ErrFenced))
+			return o.stop(fmt.Errorf("manifest %s: epoch %d, now %d owned by %q: %w", m.Shard, o.epoch, cur.Epoch, cur.Owner, manifest.ErrFenced))
 		}
 		if !errors.Is(err, substrate.ErrPreconditionFailed) {
 			// Not there now; a request still in flight could land later, but only
 			// on the version it was sent for, which the next write replaces.
 			o.mu.ver = curVer
 			o.published.Store(&cur)
-			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(ErrUnknownOutcome, err))
+			return fmt.Errorf("manifest %s: publish: %w", m.Shard, errors.Join(manifest.ErrUnknownOutcome, err))
 		}
 		o.mu.ver = curVer
 		o.published.Store(&cur)
@@ -557,7 +566,7 @@ func (o *Owner) updateLocked(ctx context.Context, change func(*Manifest) error) 
 }
 
 // publishedLocked makes m, which the authority holds at ver, the owner's view.
-func (o *Owner) publishedLocked(m Manifest, ver substrate.Version) {
+func (o *Owner) publishedLocked(m manifest.Manifest, ver substrate.Version) {
 	o.mu.ver = ver
 	o.published.Store(&m)
 	o.doubt.Store(false)

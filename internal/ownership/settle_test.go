@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -48,7 +49,7 @@ func TestACommitIsNeverTakenForAnEarlierWriteOfTheSameSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	fd.SetRules(sameSeqRules()...)
-	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, manifest.ErrUnknownOutcome) {
 		t.Fatalf("W1 renew: %v, want ErrUnknownOutcome", err)
 	}
 	err := o.Commit(ctx, part(4, 4))
@@ -77,7 +78,7 @@ func TestAReleaseIsNeverTakenForAnEarlierWriteOfTheSameSequence(t *testing.T) {
 	t.Cleanup(st.Close)
 	o := acquire(t, st)
 	fd.SetRules(sameSeqRules()...)
-	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, manifest.ErrUnknownOutcome) {
 		t.Fatalf("W1 renew: %v, want ErrUnknownOutcome", err)
 	}
 	rerr := o.Release(ctx)
@@ -120,7 +121,7 @@ func TestAManifestWriteNeverStretchesTheLease(t *testing.T) {
 	}
 	fd.SetRules(sameSeqRules()...)
 	clk.Advance(time.Second)
-	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, manifest.ErrUnknownOutcome) {
 		t.Fatalf("W1: %v, want ErrUnknownOutcome", err)
 	}
 	clk.Advance(10 * time.Second)

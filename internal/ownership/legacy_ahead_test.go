@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate/mem"
 )
 
@@ -37,9 +38,9 @@ func TestALegacyReplicaAheadOfTheUpgradedHistoryIsReportedDiverged(t *testing.T)
 	ctx := context.Background()
 	aDrv, bDrv := mem.New(), mem.New()
 	a, b := bucket(t, "a", aDrv), bucket(t, "b", bDrv)
-	legacyA := Manifest{Shard: "s", Epoch: 1, Seq: 3, Owner: "A", Released: true, Sealed: 4, Parts: []Part{part(0, 4)}}
+	legacyA := manifest.Manifest{Shard: "s", Epoch: 1, Seq: 3, Owner: "A", Released: true, Sealed: 4, Parts: []manifest.Part{part(0, 4)}}
 	putManifest(t, a, legacyA)
-	legacyC := Manifest{Shard: "s", Epoch: 2, Seq: 5, Owner: "C", Released: true, Sealed: 8, Parts: []Part{part(0, 4), part(4, 4)}}
+	legacyC := manifest.Manifest{Shard: "s", Epoch: 2, Seq: 5, Owner: "C", Released: true, Sealed: 8, Parts: []manifest.Part{part(0, 4), part(4, 4)}}
 	putManifest(t, b, legacyC)
 
 	st := NewStore(bucket(t, "a", aDrv), bucket(t, "b", bDrv))
@@ -55,11 +56,11 @@ func TestALegacyReplicaAheadOfTheUpgradedHistoryIsReportedDiverged(t *testing.T)
 	defer cancel()
 	werr := o.WaitCopies(wctx)
 	ferr := flushUntil(t, st)
-	m, err := LoadFrom(ctx, b, "s")
+	m, err := manifest.LoadFrom(ctx, b, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(werr, ErrDiverged) || !errors.Is(ferr, ErrDiverged) {
+	if !errors.Is(werr, manifest.ErrDiverged) || !errors.Is(ferr, manifest.ErrDiverged) {
 		t.Fatalf("X (authority %q, fork %+v, epoch %d seq %d) released; b holds the legacy history of %q (epoch %d seq %d sealed %d, authority %q), ahead of X's fork point: want ErrDiverged, got WaitCopies: %v, Flush: %v (the copy took the legacy manifest for a newer one of X's own history)",
 			o.Manifest().Authority, o.Manifest().Fork, o.Epoch(), o.Manifest().Seq, m.Owner, m.Epoch, m.Seq, m.Sealed, m.Authority, werr, ferr)
 	}

@@ -1,10 +1,11 @@
-package manifest
+package ownership
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate/mem"
 )
 
@@ -31,7 +32,7 @@ func TestATakeWhoseReadBackFindsNothingIsOfUnknownOutcome(t *testing.T) {
 	if err == nil {
 		t.Fatal("a takeover whose write is still on the wire succeeded")
 	}
-	if !errors.Is(err, ErrUnknownOutcome) {
+	if !errors.Is(err, manifest.ErrUnknownOutcome) {
 		t.Fatalf("a takeover whose read-back found nothing, its write still on the wire: %v; want ErrUnknownOutcome", err)
 	}
 

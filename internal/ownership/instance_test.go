@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/manifest"
 )
 
 // After the instance lease lapsed, its renewal does not bring the shard's
@@ -26,13 +27,13 @@ func TestAnOwnershipIsConfirmedAfterALapseBeforeItAcknowledges(t *testing.T) {
 		t.Fatalf("after the takeover: %v, lapsed %v", err, o.Lapsed())
 	}
 	c.Advance(29 * time.Second)
-	if err := o.Valid(); !errors.Is(err, ErrLeaseExpired) {
+	if err := o.Valid(); !errors.Is(err, manifest.ErrLeaseExpired) {
 		t.Fatalf("after the instance lease ran out: %v, want ErrLeaseExpired", err)
 	}
 	if err := h.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Valid(); !errors.Is(err, ErrLeaseExpired) || !o.Lapsed() {
+	if err := o.Valid(); !errors.Is(err, manifest.ErrLeaseExpired) || !o.Lapsed() {
 		t.Fatalf("after a renewal that came too late, unconfirmed: %v, lapsed %v; want ErrLeaseExpired", err, o.Lapsed())
 	}
 	if err := o.Confirm(ctx); err != nil {
@@ -74,10 +75,10 @@ func TestATakeoverThatFoundTheLeaseEndedRacesTheOwnersConfirmation(t *testing.T)
 				if err := a.Valid(); err != nil {
 					t.Fatalf("A after confirming: %v", err)
 				}
-				if _, err := Take(ctx, st, claim, hb, opts, nil); !errors.Is(err, ErrMoved) {
+				if _, err := Take(ctx, st, claim, hb, opts, nil); !errors.Is(err, manifest.ErrMoved) {
 					t.Fatalf("B's takeover after A confirmed: %v, want ErrMoved", err)
 				}
-				if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, ErrOwned) {
+				if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, manifest.ErrOwned) {
 					t.Fatalf("B's inspection again: %v, want ErrOwned", err)
 				}
 				return
@@ -89,7 +90,7 @@ func TestATakeoverThatFoundTheLeaseEndedRacesTheOwnersConfirmation(t *testing.T)
 			if err := a.Valid(); err == nil {
 				t.Fatalf("A acknowledges after its renewal while B owns epoch %d", b.Epoch())
 			}
-			if err := a.Confirm(ctx); !errors.Is(err, ErrFenced) {
+			if err := a.Confirm(ctx); !errors.Is(err, manifest.ErrFenced) {
 				t.Fatalf("A's confirmation after B took over: %v, want ErrFenced", err)
 			}
 		})
@@ -119,16 +120,16 @@ func TestALegacyShardLeaseIsHonoredUntilItsExpiry(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	m := Manifest{Shard: "s", Epoch: 4, Seq: 9, Owner: "old", LeaseExpiry: c.Now().Add(30 * time.Second)}
+	m := manifest.Manifest{Shard: "s", Epoch: 4, Seq: 9, Owner: "old", LeaseExpiry: c.Now().Add(30 * time.Second)}
 	if _, _, err := st.publish(ctx, m, ""); err != nil {
 		t.Fatal(err)
 	}
 	opts := LeaseOptions{Clock: c}
-	if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, ErrOwned) {
+	if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, manifest.ErrOwned) {
 		t.Fatalf("B before the legacy lease's expiry: %v, want ErrOwned", err)
 	}
 	c.Advance(31 * time.Second)
-	if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, ErrOwned) {
+	if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, manifest.ErrOwned) {
 		t.Fatalf("B within the skew margin after it: %v, want ErrOwned", err)
 	}
 	c.Advance(2 * time.Second)

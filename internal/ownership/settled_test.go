@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/l0store/l0/internal/testclock"
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -32,7 +33,7 @@ func TestAnOwnerWhoseWriteMayHaveLandedUnseenIsNotSettled(t *testing.T) {
 		fault.Rule{Ops: []substrate.Op{substrate.OpCompareAndSwap}, Err: lost, Ambiguous: true},
 		fault.Rule{Ops: []substrate.Op{substrate.OpGet}, Err: lost},
 	)
-	if err := o.Confirm(ctx); !errors.Is(err, ErrUnknownOutcome) {
+	if err := o.Confirm(ctx); !errors.Is(err, manifest.ErrUnknownOutcome) {
 		t.Fatalf("renewal with its reply and the read-back lost: %v, want ErrUnknownOutcome", err)
 	}
 	if o.Settled() {

@@ -1,4 +1,4 @@
-package manifest
+package ownership
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -49,14 +50,14 @@ func TestACopyNeverOverwritesAnotherOwnersManifestOfTheSameEpoch(t *testing.T) {
 	// A's copier retries every second; its next attempt finds C's history.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		err := stA.Flush(ctx)
-		if errors.Is(err, ErrDiverged) {
+		if errors.Is(err, manifest.ErrDiverged) {
 			break
 		}
 		if err == nil || time.Now().After(deadline) {
 			t.Fatalf("A's copy to b: %v, want ErrDiverged", err)
 		}
 	}
-	m, err := LoadFrom(ctx, bucket(t, "b", bDrv), "s")
+	m, err := manifest.LoadFrom(ctx, bucket(t, "b", bDrv), "s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,22 +1,23 @@
-package manifest
+package ownership
 
 import (
 	"context"
 	"testing"
 
+	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/mem"
 )
 
 // putManifest writes m on b as is (a manifest an earlier binary, or an earlier
 // phase of the test, left there).
-func putManifest(t *testing.T, b *substrate.Bucket, m Manifest) {
+func putManifest(t *testing.T, b *substrate.Bucket, m manifest.Manifest) {
 	t.Helper()
-	data, err := Encode(m)
+	data, err := manifest.Encode(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.PutBytes(context.Background(), Key(m.Shard), data); err != nil {
+	if _, err := b.PutBytes(context.Background(), manifest.Key(m.Shard), data); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -49,7 +50,7 @@ func TestALegacyManifestAheadOfAForkIsNeverOverwritten(t *testing.T) {
 	ctx := context.Background()
 	aDrv, bDrv := mem.New(), mem.New()
 	a, b := bucket(t, "a", aDrv), bucket(t, "b", bDrv)
-	legacy := Manifest{Shard: "s", Epoch: 1, Seq: 3, Owner: "A", Released: true, Sealed: 8, Parts: []Part{part(0, 4), part(4, 4)}}
+	legacy := manifest.Manifest{Shard: "s", Epoch: 1, Seq: 3, Owner: "A", Released: true, Sealed: 8, Parts: []manifest.Part{part(0, 4), part(4, 4)}}
 	putManifest(t, a, legacy)
 	lag := legacy.Clone()
 	lag.Seq, lag.Sealed, lag.Parts, lag.Released = 2, 4, lag.Parts[:1], false
@@ -62,7 +63,7 @@ func TestALegacyManifestAheadOfAForkIsNeverOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	ferr := flushUntil(t, st)
-	m, err := LoadFrom(ctx, a, "s")
+	m, err := manifest.LoadFrom(ctx, a, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
