@@ -35,10 +35,10 @@ import (
 	"github.com/l0store/l0/internal/event"
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
-	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
 )
@@ -71,7 +71,7 @@ type Engine struct {
 	set      *replica.Set
 	store    *manifest.Store
 	uploader *replica.Uploader
-	sealer   *seal.Scheduler
+	sealer   *sealer.Scheduler
 	encoder  *zstd.Encoder
 	partsDir string
 	metrics  *metrics
@@ -135,7 +135,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	// Only this engine uses Dir now (the WAL holds its lock): part files there are
 	// leftovers of seals a crash interrupted.
-	if err := errors.Join(seal.CleanDir(opts.FS, partsDir), replica.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
+	if err := errors.Join(sealer.CleanDir(opts.FS, partsDir), replica.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -144,7 +144,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		log.Close()
 		return nil, err
 	}
-	sealer, err := seal.NewScheduler(opts.Seal)
+	scheduler, err := sealer.NewScheduler(opts.Seal)
 	if err != nil {
 		encoder.Close()
 		log.Close()
@@ -153,7 +153,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
 		opts: opts, log: log, set: set,
 		store:  manifest.NewStoreWithOptions(manifest.StoreOptions{Logger: opts.Logger, Clock: opts.Clock, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
-		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
+		sealer: scheduler, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.closing, e.cancelClosing = context.WithCancel(context.Background())
 	e.inst.acquired = make(chan struct{})
@@ -169,7 +169,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err := e.metrics.register(opts.Registerer); err != nil {
 		e.tail.Close(context.Background())
 		e.uploader.Close()
-		sealer.Close()
+		scheduler.Close()
 		encoder.Close()
 		log.Close()
 		return nil, err

@@ -25,9 +25,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/l0store/l0/clock"
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
-	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/wal"
 )
 
@@ -59,7 +59,7 @@ type Config struct {
 	Owner *manifest.Owner
 	// Replicas are where parts go: a seal writes to the first, reads try each.
 	Replicas *replica.Set
-	Sealer   *seal.Scheduler
+	Sealer   *sealer.Scheduler
 	// Uploader copies the parts the shard's seals commit to the other replicas,
 	// each recorded by Owner; Close waits for those copies before it releases the
 	// lease.
@@ -80,7 +80,7 @@ type Config struct {
 	Clock         clock.Clock
 	// Events hear what the shard did; both are required.
 	Events Events
-	// Tail, if set, is where the shard's pages are shipped (see seal.Tail, and
+	// Tail, if set, is where the shard's pages are shipped (see sealer.Tail, and
 	// ReleaseLeaving for Until).
 	Tail Tail
 }
@@ -100,7 +100,7 @@ type Events struct {
 
 // Tail is what a shard asks of the tail its pages are shipped to.
 type Tail interface {
-	seal.Tail
+	sealer.Tail
 	// Until waits until every page of the shard given to the tail is shipped,
 	// and returns a position past every object that holds one; ok is false if
 	// the shard gave the tail nothing.
@@ -112,7 +112,7 @@ type Shard struct {
 	id     string
 	cfg    Config
 	epoch  uint64
-	doubts seal.Doubts // parts whose commit had an unknown outcome
+	doubts sealer.Doubts // parts whose commit had an unknown outcome
 
 	// mu is held for reading by every append for its whole duration, so Close, which
 	// takes it for writing, stops intake and waits for the appends in flight.
@@ -285,7 +285,7 @@ func (s *Shard) closed() {
 	var parts []manifest.Part
 	for _, d := range s.doubts.Take() {
 		parts = append(parts, d.Part)
-		seal.RemoveFile(s.cfg.FS, d.File)
+		sealer.RemoveFile(s.cfg.FS, d.File)
 	}
 	s.cfg.Events.ShardClosed(s.id, parts)
 }
