@@ -67,7 +67,7 @@ type Tail interface {
 }
 
 // Run seals the shard's oldest unsealed pages, up to budget record bytes but at
-// least one page, and returns what it committed (Result.Committed):
+// least one page, and returns what it committed (seal.Result.Committed):
 //
 //  1. encode them into a part file in Dir, block by block;
 //  2. put the part on the bucket under a key no other attempt uses;
