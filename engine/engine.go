@@ -36,11 +36,11 @@ import (
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/internal/shardlink"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
-	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
 )
@@ -77,7 +77,7 @@ type Engine struct {
 	set      *replica.Set
 	store    *ownership.Store
 	uploader *replica.Uploader
-	sealer   *seal.Scheduler
+	sealer   *sealer.Scheduler
 	encoder  *zstd.Encoder
 	partsDir string
 	metrics  *metrics
@@ -141,7 +141,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	// Only this engine uses Dir now (the WAL holds its lock): part files there are
 	// leftovers of seals a crash interrupted.
-	if err := errors.Join(seal.CleanDir(opts.FS, partsDir), replica.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
+	if err := errors.Join(sealer.CleanDir(opts.FS, partsDir), replica.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -150,7 +150,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		log.Close()
 		return nil, err
 	}
-	sealer, err := seal.NewScheduler(opts.Seal)
+	scheduler, err := sealer.NewScheduler(opts.Seal)
 	if err != nil {
 		encoder.Close()
 		log.Close()
@@ -159,7 +159,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
 		opts: opts, log: log, set: set,
 		store:  ownership.NewStoreWithOptions(ownership.StoreOptions{Logger: opts.Logger, Clock: opts.Clock, AuthorityName: set.Authority().Name}, set.Authority().Bucket, set.Others()...),
-		sealer: sealer, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
+		sealer: scheduler, encoder: encoder, partsDir: partsDir, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	e.closing, e.cancelClosing = context.WithCancel(context.Background())
 	e.inst.acquired = make(chan struct{})
@@ -175,7 +175,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err := e.metrics.register(opts.Registerer); err != nil {
 		e.tail.Close(context.Background())
 		e.uploader.Close()
-		sealer.Close()
+		scheduler.Close()
 		encoder.Close()
 		log.Close()
 		return nil, err

@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
-	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
 )
@@ -164,16 +164,16 @@ func newMetrics(e *Engine) *metrics {
 		Name: "l0_unacknowledged_records_dropped_total",
 		Help: "Records an open dropped, in Remote mode, because another instance had taken the shard over since, that were never acknowledged: their pages were never shipped. Not a loss.",
 	})
-	stat := func(name, help string, f func(seal.Stats) uint64) prometheus.Collector {
+	stat := func(name, help string, f func(sealer.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(e.sealer.Stats())) })
 	}
 	m.seals = []prometheus.Collector{
-		stat("l0_seals_total", "Seals that sealed records.", func(s seal.Stats) uint64 { return s.Seals }),
-		stat("l0_empty_seals_total", "Seals that ran and found nothing to seal.", func(s seal.Stats) uint64 { return s.EmptySeals }),
-		stat("l0_seal_failures_total", "Seals that failed.", func(s seal.Stats) uint64 { return s.Failures }),
-		stat("l0_sealed_objects_total", "Objects written by seals.", func(s seal.Stats) uint64 { return s.Objects }),
-		stat("l0_sealed_bytes_total", "Record bytes sealed into parts.", func(s seal.Stats) uint64 { return s.SealedBytes }),
+		stat("l0_seals_total", "Seals that sealed records.", func(s sealer.Stats) uint64 { return s.Seals }),
+		stat("l0_empty_seals_total", "Seals that ran and found nothing to seal.", func(s sealer.Stats) uint64 { return s.EmptySeals }),
+		stat("l0_seal_failures_total", "Seals that failed.", func(s sealer.Stats) uint64 { return s.Failures }),
+		stat("l0_sealed_objects_total", "Objects written by seals.", func(s sealer.Stats) uint64 { return s.Objects }),
+		stat("l0_sealed_bytes_total", "Record bytes sealed into parts.", func(s sealer.Stats) uint64 { return s.SealedBytes }),
 	}
 	m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "l0_upload_lag_seconds",

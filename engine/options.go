@@ -10,6 +10,7 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/ownership"
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/substrate"
@@ -195,7 +196,7 @@ func (o *Options) EnsureDefaults() {
 	if len(o.Replicas) == 0 && o.Bucket != nil {
 		o.Replicas = []replica.Spec{{Name: o.Bucket.Name(), Domain: "default", Bucket: o.Bucket}}
 	}
-	o.Seal.EnsureDefaults()
+	sealer.EnsureDefaults(&o.Seal)
 	own := o.ownership()
 	own.EnsureDefaults()
 	o.Lease = LeaseOptions{Duration: own.Duration, SkewMargin: own.SkewMargin}
@@ -235,7 +236,7 @@ func (o *Options) validate() (*replica.Set, error) {
 		o.Tail.CollectEvery < 0 || o.Tail.CollectAfter < 0 || o.Tail.Retry < 0:
 		return nil, fmt.Errorf("%w: Tail %+v", ErrInvalidOptions, o.Tail)
 	}
-	if err := o.Seal.Validate(); err != nil {
+	if err := sealer.Validate(&o.Seal); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if own := o.ownership(); own.Validate() != nil {

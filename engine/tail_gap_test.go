@@ -222,7 +222,7 @@ func (fx *gapFixture) openOnB(t *testing.T, skip time.Duration) {
 //  4. A seal of s seals [0,8) (it read the WAL before [8,9] was acknowledged in
 //     Remote mode; here its budget stops it at the page boundary 8, as any seal
 //     whose WAL view ended at 8 does) and asks wal.Log.TailFrom(s, 8) where the
-//     records past the part are (seal/job.go:127). TailFrom (ship.go:188) loads
+//     records past the part are (internal/sealer/job.go, Job.run). TailFrom (ship.go:188) loads
 //     f.Next() = n+1, then finds the first given page at or past 8, [8,9], whose
 //     ticket is not done: "not shipped yet: it goes at or after f.Next()" — but it
 //     went in n. TailFrom returns n+1.

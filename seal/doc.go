@@ -1,22 +1,24 @@
-// Package seal turns a shard's unsealed WAL pages into parts on the object store.
+// Package seal configures how an engine seals its shards' records into parts on
+// the object store (engine.Options.Seal), and says what one seal did (Result).
 //
-// A Scheduler evaluates the triggers of every shard it holds (size, WAL bytes, age of
-// the oldest unsealed record, and the deferred flag) and runs their seals in the
-// background, at most Options.Concurrency at a time and one per shard. The flag is
-// cleared before a seal runs; a seal cut short by its budget, or one that failed for
-// any reason but a stopped shard, re-arms it, and a failure backs the shard off. An
-// open that inherits unsealed pages adds its shard armed, so they seal at once.
+// A shard seals when one of its triggers fires: its unsealed records reach
+// Options.SizeBytes, the oldest of them is Options.Age old, or all the engine's
+// shards together hold Options.WALBytes unsealed, and then the largest seal until
+// the rest hold less. The triggers are evaluated every Options.Interval, and at once after an
+// append that may have crossed the size trigger. At most Options.Concurrency seals
+// run at once, one per shard, each of at most Options.Budget record bytes: a seal
+// cut short by its budget goes on at the next evaluation, and a failed one is
+// retried after a backoff that doubles from Options.BackoffMin to
+// Options.BackoffMax. An open that inherits unsealed records seals them at once.
 //
-// A Job is one seal: encode the pages into a part file, put it under a new key,
-// commit it to the manifest by compare-and-swap, truncate the WAL through the sealed
-// page. It returns what it committed, each part with its local file, and the
-// caller queues the copies. DESIGN.md ("Sealing") gives what a crash between any two steps leaves and
-// how the next seal or open repairs it.
+// A seal encodes the shard's oldest unsealed pages into a part, puts it on the
+// first replica, commits it to the shard's manifest and truncates the WAL through
+// it; shard.Shard.Seal runs one directly and returns its Result. DESIGN.md
+// ("Sealing") gives what a crash between any two steps leaves and how the next seal
+// or open repairs it.
 //
-// Usage (the engine does this):
+// Usage:
 //
-//	s, err := seal.NewScheduler(seal.Options{Age: 45 * time.Second})
-//	s.Add("orders-7", shardTarget, inherited) // shardTarget implements Target
-//	st := s.Stats()                          // seals, empty seals, failures, ...
-//	s.Close()
+//	opts := engine.Options{Dir: dir, Bucket: bucket, Seal: seal.Options{Age: 10 * time.Second}}
+//	res, err := sh.Seal(ctx, 64<<20) // sh is a *shard.Shard; seal now, whatever the triggers
 package seal

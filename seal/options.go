@@ -1,7 +1,6 @@
 package seal
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -38,49 +37,4 @@ type Options struct {
 	// Clock is the clock of the age trigger, the interval and the backoff.
 	// Default clock.Real.
 	Clock clock.Clock
-}
-
-// EnsureDefaults fills in the zero fields.
-func (o *Options) EnsureDefaults() {
-	if o.SizeBytes == 0 {
-		o.SizeBytes = 8 << 20
-	}
-	if o.WALBytes == 0 {
-		o.WALBytes = 256 << 20
-	}
-	if o.Age == 0 {
-		o.Age = 45 * time.Second
-	}
-	if o.Budget == 0 {
-		o.Budget = 64 << 20
-	}
-	if o.Interval == 0 {
-		o.Interval = time.Second
-	}
-	if o.BackoffMin == 0 {
-		o.BackoffMin = 500 * time.Millisecond
-	}
-	if o.BackoffMax == 0 {
-		o.BackoffMax = 30 * time.Second
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = 2
-	}
-	o.Clock = clock.OrReal(o.Clock)
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-}
-
-// Validate reports invalid defaulted options.
-func (o *Options) Validate() error {
-	switch {
-	case o.Age < 0 || o.Interval < 0 || o.BackoffMin < 0:
-		return fmt.Errorf("seal: negative duration")
-	case o.BackoffMax < o.BackoffMin:
-		return fmt.Errorf("seal: BackoffMax %s below BackoffMin %s", o.BackoffMax, o.BackoffMin)
-	case o.Concurrency < 0:
-		return fmt.Errorf("seal: Concurrency %d", o.Concurrency)
-	}
-	return nil
 }

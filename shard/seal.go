@@ -4,19 +4,20 @@ import (
 	"context"
 	"time"
 
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 )
 
-var _ seal.Target = (*Shard)(nil)
+var _ sealer.Target = (*Shard)(nil)
 
-// Unsealed implements seal.Target.
+// Unsealed implements sealer.Target.
 func (s *Shard) Unsealed() (uint64, time.Time) {
 	info := s.cfg.Log.Info(s.id)
 	return info.UnsealedBytes, info.Oldest
 }
 
-// Seal implements seal.Target: it seals the oldest unsealed pages, up to budget
+// Seal implements sealer.Target: it seals the oldest unsealed pages, up to budget
 // record bytes but at least one page, and first settles the parts whose commit had
 // an unknown outcome; it queues the copies of every part that commits, and returns
 // without waiting for them. Every seal is counted in the engine's seal metrics,
@@ -28,9 +29,9 @@ func (s *Shard) Seal(ctx context.Context, budget uint64) (seal.Result, error) {
 }
 
 // job is a seal of the shard.
-func (s *Shard) job() seal.Job {
+func (s *Shard) job() sealer.Job {
 	first := s.cfg.Replicas.First()
-	return seal.Job{
+	return sealer.Job{
 		Shard: s.id, Epoch: s.epoch, Log: s.cfg.Log, Owner: s.cfg.Owner, Bucket: first.Bucket, Replica: first.Name,
 		// A part no other replica needs a copy of needs no local file to copy it from.
 		Direct: s.cfg.Replicas.Len() == 1 && first.Bucket.Streams(),
@@ -47,7 +48,7 @@ func (s *Shard) job() seal.Job {
 func (s *Shard) copy(committed []seal.Committed) {
 	for _, c := range committed {
 		p, file := c.Part, c.File
-		remove := func() { seal.RemoveFile(s.cfg.FS, file) }
+		remove := func() { sealer.RemoveFile(s.cfg.FS, file) }
 		targets := s.cfg.Replicas.Missing(p.Replicas)
 		if len(targets) == 0 {
 			remove()

@@ -21,9 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/internal/shardlink"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/seal"
 )
 
 var (
@@ -53,7 +53,7 @@ type Shard struct {
 	id     string
 	cfg    shardlink.Config
 	epoch  uint64
-	doubts seal.Doubts // parts whose commit had an unknown outcome
+	doubts sealer.Doubts // parts whose commit had an unknown outcome
 
 	// mu is held for reading by every append for its whole duration, so Close, which
 	// takes it for writing, stops intake and waits for the appends in flight.
@@ -230,7 +230,7 @@ func (s *Shard) closed() {
 	var parts []manifest.Part
 	for _, d := range s.doubts.Take() {
 		parts = append(parts, d.Part)
-		seal.RemoveFile(s.cfg.FS, d.File)
+		sealer.RemoveFile(s.cfg.FS, d.File)
 	}
 	s.cfg.Events.ShardClosed(s.id, parts)
 }

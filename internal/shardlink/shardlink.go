@@ -13,9 +13,9 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/ownership"
+	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
-	"github.com/l0store/l0/seal"
 	"github.com/l0store/l0/wal"
 )
 
@@ -30,7 +30,7 @@ type Config struct {
 	Owner *ownership.Owner
 	// Replicas are where parts go: a seal writes to the first, reads try each.
 	Replicas *replica.Set
-	Sealer   *seal.Scheduler
+	Sealer   *sealer.Scheduler
 	// Uploader copies the parts the shard's seals commit to the other replicas,
 	// each recorded by Owner; Close waits for those copies before it releases the
 	// lease.
@@ -51,7 +51,7 @@ type Config struct {
 	Clock         clock.Clock
 	// Events hear what the shard did; both are required.
 	Events Events
-	// Tail, if set, is where the shard's pages are shipped (see seal.Tail, and
+	// Tail, if set, is where the shard's pages are shipped (see sealer.Tail, and
 	// ReleaseLeaving for Until).
 	Tail Tail
 }
@@ -71,7 +71,7 @@ type Events struct {
 
 // Tail is what a shard asks of the tail its pages are shipped to.
 type Tail interface {
-	seal.Tail
+	sealer.Tail
 	// Until waits until every page of the shard given to the tail is shipped,
 	// and returns a position past every object that holds one; ok is false if
 	// the shard gave the tail nothing.

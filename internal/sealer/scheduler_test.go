@@ -1,4 +1,4 @@
-package seal
+package sealer
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/l0store/l0/seal"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,7 +36,7 @@ func (t *target) Unsealed() (uint64, time.Time) {
 	return t.bytes, t.oldest
 }
 
-func (t *target) Seal(ctx context.Context, budget uint64) (res Result, err error) {
+func (t *target) Seal(ctx context.Context, budget uint64) (res seal.Result, err error) {
 	t.attempts.Add(1)
 	if t.counters != nil {
 		defer func() { t.counters.Observe(res, err) }()
@@ -53,19 +55,19 @@ func (t *target) Seal(ctx context.Context, budget uint64) (res Result, err error
 	select {
 	case <-time.After(t.hold):
 	case <-ctx.Done():
-		return Result{}, errors.Join(ctx.Err(), ErrStopped)
+		return seal.Result{}, errors.Join(ctx.Err(), ErrStopped)
 	}
 	if t.err != nil {
-		return Result{}, t.err
+		return seal.Result{}, t.err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.bytes
 	t.bytes, t.oldest = 0, time.Time{}
-	return Result{Records: n, RawBytes: n, Objects: 1}, nil
+	return seal.Result{Records: n, RawBytes: n, Objects: 1}, nil
 }
 
-func newScheduler(t *testing.T, opts Options) *Scheduler {
+func newScheduler(t *testing.T, opts seal.Options) *Scheduler {
 	t.Helper()
 	s, err := NewScheduler(opts)
 	if err != nil {
@@ -86,7 +88,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestTheWALTriggerSealsTheLargestShardsUntilTheRestIsUnder(t *testing.T) {
 	var order []string
-	s := newScheduler(t, Options{SizeBytes: 1 << 40, WALBytes: 1000, Age: time.Hour, Concurrency: 1, Interval: 5 * time.Millisecond})
+	s := newScheduler(t, seal.Options{SizeBytes: 1 << 40, WALBytes: 1000, Age: time.Hour, Concurrency: 1, Interval: 5 * time.Millisecond})
 	sizes := map[string]uint64{"small": 100, "large": 700, "medium": 300}
 	targets := map[string]*target{}
 	for id, n := range sizes {
@@ -109,7 +111,7 @@ func TestTheWALTriggerSealsTheLargestShardsUntilTheRestIsUnder(t *testing.T) {
 
 func TestNoMoreThanConcurrencySealsRunAtOnce(t *testing.T) {
 	var running, peak atomic.Int32
-	s := newScheduler(t, Options{SizeBytes: 1, Concurrency: 2, Interval: time.Millisecond})
+	s := newScheduler(t, seal.Options{SizeBytes: 1, Concurrency: 2, Interval: time.Millisecond})
 	for i := range 6 {
 		s.Add(string(rune('a'+i)), &target{bytes: 10, hold: 30 * time.Millisecond, running: &running, peak: &peak, counters: s.Counters()}, false)
 	}
@@ -120,7 +122,7 @@ func TestNoMoreThanConcurrencySealsRunAtOnce(t *testing.T) {
 }
 
 func TestAFailingShardBacksOffWithoutAHotLoop(t *testing.T) {
-	s := newScheduler(t, Options{SizeBytes: 1, Interval: time.Millisecond, BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	s := newScheduler(t, seal.Options{SizeBytes: 1, Interval: time.Millisecond, BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
 	tg := &target{bytes: 10, err: errors.New("store down"), counters: s.Counters()}
 	s.Add("s", tg, false)
 	time.Sleep(time.Second)
@@ -137,7 +139,7 @@ func TestAFailingShardBacksOffWithoutAHotLoop(t *testing.T) {
 
 func TestAStoppedShardIsNotRetried(t *testing.T) {
 	tg := &target{bytes: 10, err: ErrStopped}
-	s := newScheduler(t, Options{SizeBytes: 1, Interval: time.Millisecond, BackoffMin: time.Millisecond})
+	s := newScheduler(t, seal.Options{SizeBytes: 1, Interval: time.Millisecond, BackoffMin: time.Millisecond})
 	s.Add("s", tg, true)
 	time.Sleep(100 * time.Millisecond)
 	if n := tg.attempts.Load(); n != 1 {
@@ -147,7 +149,7 @@ func TestAStoppedShardIsNotRetried(t *testing.T) {
 
 func TestRemoveCancelsAndWaitsForTheSealInFlight(t *testing.T) {
 	tg := &target{bytes: 10, hold: time.Hour}
-	s := newScheduler(t, Options{SizeBytes: 1, Interval: time.Millisecond})
+	s := newScheduler(t, seal.Options{SizeBytes: 1, Interval: time.Millisecond})
 	s.Add("s", tg, false)
 	eventually(t, "the seal started", func() bool { return tg.attempts.Load() == 1 })
 	done := make(chan struct{})

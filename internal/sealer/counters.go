@@ -1,10 +1,11 @@
-package seal
+package sealer
 
 import (
 	"sync"
 	"sync/atomic"
 
 	"github.com/l0store/l0/manifest"
+	"github.com/l0store/l0/seal"
 )
 
 // Counters count seals wherever they run: started by the scheduler, by a shard's
@@ -16,7 +17,7 @@ type Counters struct {
 }
 
 // Observe counts one seal's outcome.
-func (c *Counters) Observe(res Result, err error) {
+func (c *Counters) Observe(res seal.Result, err error) {
 	switch {
 	case res.Records > 0:
 		c.seals.Add(1)

@@ -1,4 +1,4 @@
-package seal
+package sealer
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/l0store/l0/seal"
 )
 
 var (
@@ -26,26 +28,8 @@ type Target interface {
 	Unsealed() (bytes uint64, oldest time.Time)
 	// Seal seals the oldest unsealed records, up to budget bytes but at least one
 	// page.
-	Seal(ctx context.Context, budget uint64) (Result, error)
+	Seal(ctx context.Context, budget uint64) (seal.Result, error)
 }
-
-// Result is what one seal did.
-type Result struct {
-	Records  uint64
-	RawBytes uint64 // record bytes sealed
-	Objects  int    // objects written
-	Size     int64  // bytes of the objects
-	// Cut reports that the budget left records unsealed.
-	Cut bool
-	// Committed are the parts the seal committed: its own, and the parts in doubt
-	// it settled as committed (counted as seals of their own). It is set even
-	// with an error, such as a truncation after the commit that failed, and each
-	// part's file is the caller's from then on (see Committed).
-	Committed []Committed
-}
-
-// Empty reports a seal that found nothing to seal.
-func (r Result) Empty() bool { return r.Records == 0 }
 
 // Stats are the scheduler's counters.
 type Stats struct {
@@ -59,7 +43,7 @@ type Stats struct {
 // Scheduler evaluates the triggers of every shard it holds and runs their seals,
 // at most Concurrency at a time and one per shard.
 type Scheduler struct {
-	opts Options
+	opts seal.Options
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
@@ -87,9 +71,9 @@ type entry struct {
 }
 
 // NewScheduler starts a scheduler.
-func NewScheduler(opts Options) (*Scheduler, error) {
-	opts.EnsureDefaults()
-	if err := opts.Validate(); err != nil {
+func NewScheduler(opts seal.Options) (*Scheduler, error) {
+	EnsureDefaults(&opts)
+	if err := Validate(&opts); err != nil {
 		return nil, err
 	}
 	s := &Scheduler{
@@ -256,7 +240,7 @@ func (s *Scheduler) startLocked(id string, e *entry, bytes uint64) {
 	}()
 }
 
-func (s *Scheduler) finished(id string, e *entry, res Result, err error) {
+func (s *Scheduler) finished(id string, e *entry, res seal.Result, err error) {
 	s.mu.Lock()
 	defer func() {
 		e.running = false
