@@ -36,11 +36,11 @@ import (
 	"github.com/l0store/l0/internal/fsutil"
 	"github.com/l0store/l0/internal/ownership"
 	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/internal/shardlink"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/wal"
 )
@@ -74,9 +74,9 @@ var (
 type Engine struct {
 	opts     Options
 	log      *wal.Log
-	set      *replica.Set
+	set      *replication.Set
 	store    *ownership.Store
-	uploader *replica.Uploader
+	uploader *replication.Uploader
 	sealer   *sealer.Scheduler
 	encoder  *zstd.Encoder
 	partsDir string
@@ -141,7 +141,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	// Only this engine uses Dir now (the WAL holds its lock): part files there are
 	// leftovers of seals a crash interrupted.
-	if err := errors.Join(sealer.CleanDir(opts.FS, partsDir), replica.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
+	if err := errors.Join(sealer.CleanDir(opts.FS, partsDir), replication.CleanDir(opts.FS, opts.Upload.TempDir)); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -171,7 +171,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e.openTail()
 	upOpts := opts.Upload
 	upOpts.ObserveLag = e.events.PartReplicated // which tells opts.Upload.ObserveLag too
-	e.uploader = replica.NewUploader(set, upOpts)
+	e.uploader = replication.NewUploader(set, upOpts, opts.FS, opts.Clock)
 	if err := e.metrics.register(opts.Registerer); err != nil {
 		e.tail.Close(context.Background())
 		e.uploader.Close()

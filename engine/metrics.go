@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/internal/tail"
 	"github.com/l0store/l0/manifest"
@@ -180,17 +181,17 @@ func newMetrics(e *Engine) *metrics {
 		Help:    "Time from a part's seal to its copy on every replica, for parts sealed in this process.",
 		Buckets: prometheus.ExponentialBucketsRange(0.001, 600, 20),
 	})
-	up := func(name, help string, f func(replica.Stats) uint64) prometheus.Collector {
+	up := func(name, help string, f func(replication.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(e.uploader.Stats())) })
 	}
 	m.uploads = []prometheus.Collector{
-		up("l0_uploads_total", "Copies of parts sealed in this process to a replica.", func(s replica.Stats) uint64 { return s.Uploads }),
-		up("l0_upload_bytes_total", "Bytes of those copies.", func(s replica.Stats) uint64 { return s.UploadBytes }),
-		up("l0_upload_lag_micros_total", "Seal to on-every-replica time summed over parts sealed in this process, in microseconds.", func(s replica.Stats) uint64 { return s.UploadLagMicrosTotal }),
-		up("l0_backfill_uploads_total", "Copies of history (parts sealed before a replica was attached, or before a restart).", func(s replica.Stats) uint64 { return s.BackfillUploads }),
-		up("l0_backfill_upload_bytes_total", "Bytes of those copies.", func(s replica.Stats) uint64 { return s.BackfillUploadBytes }),
-		up("l0_upload_failures_total", "Upload jobs that gave up; a backfill repairs their parts.", func(s replica.Stats) uint64 { return s.UploadFailures }),
+		up("l0_uploads_total", "Copies of parts sealed in this process to a replica.", func(s replication.Stats) uint64 { return s.Uploads }),
+		up("l0_upload_bytes_total", "Bytes of those copies.", func(s replication.Stats) uint64 { return s.UploadBytes }),
+		up("l0_upload_lag_micros_total", "Seal to on-every-replica time summed over parts sealed in this process, in microseconds.", func(s replication.Stats) uint64 { return s.UploadLagMicrosTotal }),
+		up("l0_backfill_uploads_total", "Copies of history (parts sealed before a replica was attached, or before a restart).", func(s replication.Stats) uint64 { return s.BackfillUploads }),
+		up("l0_backfill_upload_bytes_total", "Bytes of those copies.", func(s replication.Stats) uint64 { return s.BackfillUploadBytes }),
+		up("l0_upload_failures_total", "Upload jobs that gave up; a backfill repairs their parts.", func(s replication.Stats) uint64 { return s.UploadFailures }),
 		m.lag, durabilityCollector{m},
 	}
 	m.fences = prometheus.NewCounter(prometheus.CounterOpts{
@@ -422,7 +423,7 @@ func (c shardCollector) Collect(ch chan<- prometheus.Metric) {
 // durability assesses the parts of the open shards.
 func (e *Engine) durability() replica.Durability {
 	owners, _ := e.owners()
-	var parts []replica.PartReplicas
+	var parts []replication.PartReplicas
 	for _, o := range owners {
 		parts = appendPartReplicas(parts, o.Manifest().Parts)
 	}
@@ -430,9 +431,9 @@ func (e *Engine) durability() replica.Durability {
 }
 
 // appendPartReplicas appends to dst where each of parts is held.
-func appendPartReplicas(dst []replica.PartReplicas, parts []manifest.Part) []replica.PartReplicas {
+func appendPartReplicas(dst []replication.PartReplicas, parts []manifest.Part) []replication.PartReplicas {
 	for _, p := range parts {
-		dst = append(dst, replica.PartReplicas{Key: p.Key, Replicas: p.Replicas})
+		dst = append(dst, replication.PartReplicas{Key: p.Key, Replicas: p.Replicas})
 	}
 	return dst
 }

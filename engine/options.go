@@ -10,6 +10,7 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/ownership"
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
@@ -61,8 +62,8 @@ type Options struct {
 	// recoverable copy.
 	BackfillOnOpen bool
 	// Upload configures the uploader: workers, attempts, backoff. Its TempDir
-	// defaults to Dir/uploads, its Clock and FS to the engine's; its ObserveLag, if set, is called
-	// besides the engine's l0_upload_lag_seconds histogram.
+	// defaults to Dir/uploads, on FS; the uploader's clock is Clock. Its ObserveLag,
+	// if set, is called besides the engine's l0_upload_lag_seconds histogram.
 	Upload replica.Options
 	// Instance names this engine in the leases it holds and in its tail's keys.
 	// Default: an id created at the first Open of Dir and kept in Dir/instance, so
@@ -188,8 +189,7 @@ func (o *Options) EnsureDefaults() {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
-	o.Upload.FS = o.FS
-	o.Seal.Clock, o.Upload.Clock = o.Clock, o.Clock
+	o.Seal.Clock = o.Clock
 	if o.Seal.Logger == nil {
 		o.Seal.Logger = o.Logger
 	}
@@ -214,7 +214,7 @@ func (o *Options) Validate() error {
 }
 
 // validate is Validate, returning the replica set the options declare.
-func (o *Options) validate() (*replica.Set, error) {
+func (o *Options) validate() (*replication.Set, error) {
 	switch {
 	case o.Dir == "":
 		return nil, fmt.Errorf("%w: Dir is required", ErrInvalidOptions)
@@ -242,7 +242,7 @@ func (o *Options) validate() (*replica.Set, error) {
 	if own := o.ownership(); own.Validate() != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, own.Validate())
 	}
-	set, err := replica.NewSet(o.Replicas, o.Authority)
+	set, err := replication.NewSet(o.Replicas, o.Authority)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/l0store/l0/internal/ownership"
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/replica"
 )
 
 // BackfillUnderReplicated queues a copy of every part of the open shards that some
@@ -45,7 +45,7 @@ func (e *Engine) backfill(id string, o *ownership.Owner) (int, error) {
 	if e.set.Len() < 2 {
 		return 0, nil
 	}
-	var jobs []replica.Job
+	var jobs []replication.Job
 	var errs []error
 	for _, p := range o.Manifest().Parts {
 		targets := e.set.Missing(p.Replicas)
@@ -57,7 +57,7 @@ func (e *Engine) backfill(id string, o *ownership.Owner) (int, error) {
 			errs = append(errs, fmt.Errorf("engine: shard %q part %s: no replica of this set holds it (%v)", id, p.Key, p.Replicas))
 			continue
 		}
-		jobs = append(jobs, replica.Job{Shard: id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: src, Targets: targets, Recorder: o})
+		jobs = append(jobs, replication.Job{Shard: id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: src, Targets: targets, Recorder: o})
 	}
 	if err := e.uploader.Enqueue(jobs...); err != nil {
 		return 0, err
@@ -67,13 +67,13 @@ func (e *Engine) backfill(id string, o *ownership.Owner) (int, error) {
 
 // source picks where a backfill reads p: the first replica of the set that holds
 // it.
-func (e *Engine) source(p manifest.Part) (replica.UploadSource, bool) {
+func (e *Engine) source(p manifest.Part) (replication.Source, bool) {
 	for _, sp := range e.set.Specs() {
 		if slices.Contains(p.Replicas, sp.Name) {
-			return replica.FromReplica(sp.Name, p.Key), true
+			return replication.FromReplica(sp.Name, p.Key), true
 		}
 	}
-	return replica.UploadSource{}, false
+	return replication.Source{}, false
 }
 
 // FlushAndWaitUploads waits until every page given to the tail is shipped, and no

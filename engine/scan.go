@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/shard"
@@ -42,7 +43,7 @@ func (e *Engine) StoredShards(ctx context.Context) iter.Seq2[string, error] {
 // open here.
 func (e *Engine) Assess(ctx context.Context, ids []string) (replica.Durability, error) {
 	owners, _ := e.owners()
-	var parts []replica.PartReplicas
+	var parts []replication.PartReplicas
 	for _, id := range ids {
 		var ps []manifest.Part
 		if o, ok := owners[id]; ok {

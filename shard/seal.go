@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/internal/sealer"
-	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/seal"
 )
 
@@ -54,11 +54,11 @@ func (s *Shard) copy(committed []seal.Committed) {
 			remove()
 			continue
 		}
-		source := replica.FromFile(file)
+		source := replication.FromFile(file)
 		if file == "" { // written straight into the first replica
-			source = replica.FromReplica(s.cfg.Replicas.First().Name, p.Key)
+			source = replication.FromReplica(s.cfg.Replicas.First().Name, p.Key)
 		}
-		err := s.cfg.Uploader.Enqueue(replica.Job{
+		err := s.cfg.Uploader.Enqueue(replication.Job{
 			Shard: s.id, Key: p.Key, Size: p.Size, CRC: p.CRC, Source: source,
 			Targets: targets, SealedAt: p.SealedAt, Recorder: s.cfg.Owner,
 			Done: func(error) { remove() },

@@ -13,9 +13,9 @@ import (
 
 	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/ownership"
+	"github.com/l0store/l0/internal/replication"
 	"github.com/l0store/l0/internal/sealer"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/wal"
 )
 
@@ -29,12 +29,12 @@ type Config struct {
 	Log   *wal.Log
 	Owner *ownership.Owner
 	// Replicas are where parts go: a seal writes to the first, reads try each.
-	Replicas *replica.Set
+	Replicas *replication.Set
 	Sealer   *sealer.Scheduler
 	// Uploader copies the parts the shard's seals commit to the other replicas,
 	// each recorded by Owner; Close waits for those copies before it releases the
 	// lease.
-	Uploader *replica.Uploader
+	Uploader *replication.Uploader
 	// UploadWait bounds how long Close (and Retire, for a part it settled) waits
 	// for those copies before it releases anyway: the parts are durable on the
 	// first replica, and a copy that outlives the wait stays unrecorded until a

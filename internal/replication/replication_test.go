@@ -1,4 +1,4 @@
-package replica
+package replication
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
 	"github.com/l0store/l0/substrate/mem"
@@ -26,21 +27,26 @@ func bucket(t *testing.T, name string, d substrate.Driver) *substrate.Bucket {
 	return substratetest.NewBucket(t, name, d)
 }
 
+// spec is a replica.Spec, its fields in order.
+func spec(name, domain string, b *substrate.Bucket) replica.Spec {
+	return replica.Spec{Name: name, Domain: domain, Bucket: b}
+}
+
 func TestNewSetValidates(t *testing.T) {
 	a, b := bucket(t, "a", nil), bucket(t, "b", nil)
 	for name, tc := range map[string]struct {
-		specs     []Spec
+		specs     []replica.Spec
 		authority string
 		ok        bool
 	}{
-		"one":               {[]Spec{{"a", "d1", a}}, "", true},
-		"two, named auth":   {[]Spec{{"a", "d1", a}, {"b", "d2", b}}, "b", true},
+		"one":               {[]replica.Spec{spec("a", "d1", a)}, "", true},
+		"two, named auth":   {[]replica.Spec{spec("a", "d1", a), spec("b", "d2", b)}, "b", true},
 		"none":              {nil, "", false},
-		"no bucket":         {[]Spec{{"a", "d1", nil}}, "", false},
-		"no domain":         {[]Spec{{"a", "", a}}, "", false},
-		"same name":         {[]Spec{{"a", "d1", a}, {"a", "d2", b}}, "", false},
-		"bad name":          {[]Spec{{"a/../b", "d1", a}}, "", false},
-		"unknown authority": {[]Spec{{"a", "d1", a}}, "z", false},
+		"no bucket":         {[]replica.Spec{spec("a", "d1", nil)}, "", false},
+		"no domain":         {[]replica.Spec{spec("a", "", a)}, "", false},
+		"same name":         {[]replica.Spec{spec("a", "d1", a), spec("a", "d2", b)}, "", false},
+		"bad name":          {[]replica.Spec{spec("a/../b", "d1", a)}, "", false},
+		"unknown authority": {[]replica.Spec{spec("a", "d1", a)}, "z", false},
 	} {
 		s, err := NewSet(tc.specs, tc.authority)
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidSet)) {
@@ -55,7 +61,7 @@ func TestNewSetValidates(t *testing.T) {
 // TestDurabilityComesFromThePartsNotTheConfiguration: a two-domain set whose history
 // is single-copy reads as configured for domain loss and not survivable as data.
 func TestDurabilityComesFromThePartsNotTheConfiguration(t *testing.T) {
-	s, err := NewSet([]Spec{{"local", "node-a", bucket(t, "local", nil)}, {"gcs", "gcp", bucket(t, "gcs", nil)}}, "")
+	s, err := NewSet([]replica.Spec{spec("local", "node-a", bucket(t, "local", nil)), spec("gcs", "gcp", bucket(t, "gcs", nil))}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +76,7 @@ func TestDurabilityComesFromThePartsNotTheConfiguration(t *testing.T) {
 	if d := s.Assess(parts[2:], nil); d.UnderReplicated != 0 || !d.SurvivesDomainLoss {
 		t.Fatalf("a fully replicated part: %+v", d)
 	}
-	one, _ := NewSet([]Spec{{"a", "x", bucket(t, "a", nil)}, {"b", "x", bucket(t, "b", nil)}}, "")
+	one, _ := NewSet([]replica.Spec{spec("a", "x", bucket(t, "a", nil)), spec("b", "x", bucket(t, "b", nil))}, "")
 	if c := one.Config(); !c.SinglePointOfFailure || c.DistinctDomains != 1 {
 		t.Fatalf("two replicas in one domain: %+v", c)
 	}
@@ -79,11 +85,11 @@ func TestDurabilityComesFromThePartsNotTheConfiguration(t *testing.T) {
 // TestSurvivalIsClaimedFromPartsOnly: no part known is no evidence of survival,
 // and a set of one domain never survives its loss, whatever its parts' copies.
 func TestSurvivalIsClaimedFromPartsOnly(t *testing.T) {
-	two, err := NewSet([]Spec{{"a", "d1", bucket(t, "a", nil)}, {"b", "d2", bucket(t, "b", nil)}}, "")
+	two, err := NewSet([]replica.Spec{spec("a", "d1", bucket(t, "a", nil)), spec("b", "d2", bucket(t, "b", nil))}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, err := NewSet([]Spec{{"a", "d1", bucket(t, "a1", nil)}, {"b", "d1", bucket(t, "b1", nil)}}, "")
+	one, err := NewSet([]replica.Spec{spec("a", "d1", bucket(t, "a1", nil)), spec("b", "d1", bucket(t, "b1", nil))}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,12 +166,12 @@ func (f recordFunc) AddReplica(ctx context.Context, key, replica string) error {
 
 func setOf(t *testing.T, names ...string) (*Set, map[string]*substrate.Bucket) {
 	t.Helper()
-	var specs []Spec
+	var specs []replica.Spec
 	buckets := map[string]*substrate.Bucket{}
 	for i, n := range names {
 		b := bucket(t, n, nil)
 		buckets[n] = b
-		specs = append(specs, Spec{n, fmt.Sprint("domain-", i), b})
+		specs = append(specs, spec(n, fmt.Sprint("domain-", i), b))
 	}
 	s, err := NewSet(specs, "")
 	if err != nil {
@@ -179,7 +185,7 @@ func TestAnUploadCopiesALocalPartToEveryTargetAndRecordsEach(t *testing.T) {
 	s, buckets := setOf(t, "a", "b", "c")
 	path, info := writePart(t, 100)
 	rec := &recorder{}
-	u := NewUploader(s, Options{})
+	u := NewUploader(s, replica.Options{}, nil, nil)
 	defer u.Close()
 	sealed := time.Now().Add(-time.Second)
 	j := Job{Shard: "s", Key: "k1", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b", "c"}, SealedAt: sealed, Recorder: rec}
@@ -210,7 +216,7 @@ func TestABackfillReadsFromAReplicaAndAddsNoLagSample(t *testing.T) {
 	data, info := partBytes(t, 50)
 	buckets["a"].PutBytes(ctx, "k", data)
 	rec := &recorder{}
-	u := NewUploader(s, Options{TempDir: t.TempDir()})
+	u := NewUploader(s, replica.Options{TempDir: t.TempDir()}, nil, nil)
 	defer u.Close()
 	u.Enqueue(Job{Shard: "s", Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}, Recorder: rec})
 	u.Flush(ctx)
@@ -230,7 +236,7 @@ func TestACorruptSourceIsNotCopied(t *testing.T) {
 	data, info := partBytes(t, 50)
 	data[len(data)/3] ^= 1
 	buckets["a"].PutBytes(ctx, "k", data)
-	u := NewUploader(s, Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond})
+	u := NewUploader(s, replica.Options{TempDir: t.TempDir(), Attempts: 2, BackoffMin: time.Millisecond}, nil, nil)
 	defer u.Close()
 	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromReplica("a", "k"), Targets: []string{"b"}, Recorder: &recorder{}})
 	u.Flush(ctx)
@@ -250,7 +256,7 @@ func TestAnObjectAlreadyThereIsRecordedAgain(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	buckets["b"].PutBytes(ctx, "k", data)
 	rec := &recorder{}
-	u := NewUploader(s, Options{})
+	u := NewUploader(s, replica.Options{}, nil, nil)
 	defer u.Close()
 	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, Recorder: rec})
 	u.Flush(ctx)
@@ -264,10 +270,10 @@ func TestAFailedUploadIsCountedAndReleasesFlush(t *testing.T) {
 	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Err: errors.New("down")})
 	a := bucket(t, "a", nil)
 	b := bucket(t, "b", fd)
-	s, _ := NewSet([]Spec{{"a", "d1", a}, {"b", "d2", b}}, "")
+	s, _ := NewSet([]replica.Spec{spec("a", "d1", a), spec("b", "d2", b)}, "")
 	path, info := writePart(t, 20)
 	rec := &recorder{}
-	u := NewUploader(s, Options{Attempts: 3, BackoffMin: time.Millisecond})
+	u := NewUploader(s, replica.Options{Attempts: 3, BackoffMin: time.Millisecond}, nil, nil)
 	defer u.Close()
 	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now(), Recorder: rec})
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -300,7 +306,7 @@ func TestABackfillRecordsItsCopiesTogether(t *testing.T) {
 		copiedAtRecord = append(copiedAtRecord, u.Stats().BackfillUploads)
 		return nil
 	})
-	u = NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: time.Minute})
+	u = NewUploader(s, replica.Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: time.Minute}, nil, nil)
 	defer u.Close()
 	var jobs []Job
 	for i := range parts {
@@ -331,7 +337,7 @@ func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
 	const slowPut = 3 * time.Second
 	a := bucket(t, "a", nil)
 	b := bucket(t, "b", fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Key: "^slow$", Latency: slowPut}))
-	s, err := NewSet([]Spec{{"a", "d0", a}, {"b", "d1", b}}, "")
+	s, err := NewSet([]replica.Spec{spec("a", "d0", a), spec("b", "d1", b)}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +351,7 @@ func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
 		recorded[key] = time.Since(start)
 		return nil
 	})
-	u := NewUploader(s, Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: 100 * time.Millisecond})
+	u := NewUploader(s, replica.Options{Workers: 2, TempDir: t.TempDir(), BackfillRecordDelay: 100 * time.Millisecond}, nil, nil)
 	defer u.Close()
 	var jobs []Job
 	for _, key := range []string{"slow", "fast"} {
@@ -373,9 +379,9 @@ func TestABackfillRecordWaitsNoLongerThanItsDelay(t *testing.T) {
 func TestAnUploadToAReplicaThatNeverAnswersFailsAfterItsAttempts(t *testing.T) {
 	ctx := context.Background()
 	fd := fault.Wrap(mem.New(), 1, fault.Rule{Ops: []substrate.Op{substrate.OpPutIfAbsent}, Latency: time.Hour})
-	s, _ := NewSet([]Spec{{"a", "d1", bucket(t, "a", nil)}, {"b", "d2", bucket(t, "b", fd)}}, "")
+	s, _ := NewSet([]replica.Spec{spec("a", "d1", bucket(t, "a", nil)), spec("b", "d2", bucket(t, "b", fd))}, "")
 	path, info := writePart(t, 20)
-	u := NewUploader(s, Options{Attempts: 2, BackoffMin: time.Millisecond, AttemptTimeout: 50 * time.Millisecond})
+	u := NewUploader(s, replica.Options{Attempts: 2, BackoffMin: time.Millisecond, AttemptTimeout: 50 * time.Millisecond}, nil, nil)
 	defer u.Close()
 	u.Enqueue(Job{Key: "k", Size: info.Size, CRC: info.CRC, Source: FromFile(path), Targets: []string{"b"}, SealedAt: time.Now(), Recorder: &recorder{}})
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)

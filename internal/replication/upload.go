@@ -1,4 +1,4 @@
-package replica
+package replication
 
 import (
 	"context"
@@ -13,10 +13,11 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/l0store/l0/clock"
+	"github.com/l0store/l0/replica"
 )
 
 // ErrClosed reports use of an Uploader after Close.
-var ErrClosed = errors.New("replica: uploader closed")
+var ErrClosed = errors.New("replication: uploader closed")
 
 // Job copies one part to the replicas that lack it.
 type Job struct {
@@ -25,7 +26,7 @@ type Job struct {
 	Key    string
 	Size   int64
 	CRC    uint32 // the part CRC, checked on every byte copied
-	Source UploadSource
+	Source Source
 	// Targets are the replicas to copy to.
 	Targets []string
 	// SealedAt is when the part was sealed in this process; zero for a backfill,
@@ -51,38 +52,8 @@ type Recorder interface {
 	AddReplica(ctx context.Context, key, replica string) error
 }
 
-// Options configure an Uploader. The zero value of each field means its default.
-type Options struct {
-	Workers    int           // concurrent copies; default 4
-	Attempts   int           // per copy and per record, before the job fails; default 5
-	BackoffMin time.Duration // default 100 ms, doubling
-	BackoffMax time.Duration // default 5 s
-	// TempDir holds parts read back from a replica while they are copied; default
-	// os.TempDir().
-	TempDir string
-	// FS is the file system of TempDir and of the parts' local files. Default
-	// vfs.Default.
-	FS vfs.FS
-	// Clock is the clock of seal-to-durable lag and of the backoff; default
-	// clock.Real.
-	Clock clock.Clock
-	// ObserveLag, if set, receives the seal-to-durable lag of every part sealed in
-	// this process once every target holds it (for a histogram).
-	ObserveLag func(time.Duration)
-	// BackfillRecordDelay is the longest a backfill copy waits to be recorded while
-	// more backfill copies of its shard are queued or running; they are then
-	// recorded together, in one or two manifest publishes instead of one per few
-	// copies, and the publishes do not contend with the copies. Default 1 s; a
-	// negative value records each copy at once.
-	BackfillRecordDelay time.Duration
-	// AttemptTimeout bounds one attempt at reading a part's source, copying it to
-	// a replica or recording the copy, so that a replica that never answers fails
-	// the job after its attempts instead of holding it, and the shard's Close that
-	// waits for it, forever. Default 2 min.
-	AttemptTimeout time.Duration
-}
-
-func (o *Options) ensureDefaults() {
+// withDefaults returns o with the default of each field left zero.
+func withDefaults(o replica.Options) replica.Options {
 	if o.Workers <= 0 {
 		o.Workers = 4
 	}
@@ -95,19 +66,16 @@ func (o *Options) ensureDefaults() {
 	if o.BackoffMax < o.BackoffMin {
 		o.BackoffMax = max(5*time.Second, o.BackoffMin)
 	}
-	if o.FS == nil {
-		o.FS = vfs.Default
-	}
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
 	}
-	o.Clock = clock.OrReal(o.Clock)
 	if o.BackfillRecordDelay == 0 {
 		o.BackfillRecordDelay = time.Second
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = 2 * time.Minute
 	}
+	return o
 }
 
 // Stats are the uploader's counters. Normal uploads (parts sealed in this process)
@@ -123,7 +91,9 @@ type Stats struct {
 // Uploader copies parts in the background with bounded workers, retries and backoff.
 type Uploader struct {
 	set    *Set
-	opts   Options
+	opts   replica.Options
+	fs     vfs.FS
+	clock  clock.Clock
 	wake   chan struct{} // a job was queued
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -157,18 +127,25 @@ type shardJobs struct {
 // closedChan is the Idle of a shard with no job.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// NewUploader starts an uploader over set.
-func NewUploader(set *Set, opts Options) *Uploader {
-	opts.ensureDefaults()
+// NewUploader starts an uploader over set, configured by opts. The engine gives it
+// its own file system, of opts.TempDir and of the parts' local files, and clock, of
+// the seal-to-durable lag and of the backoff; nil means vfs.Default and clock.Real.
+func NewUploader(set *Set, opts replica.Options, fsys vfs.FS, clk clock.Clock) *Uploader {
+	if fsys == nil {
+		fsys = vfs.Default
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &Uploader{set: set, opts: opts, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	u := &Uploader{
+		set: set, opts: withDefaults(opts), fs: fsys, clock: clock.OrReal(clk),
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
+	}
 	u.mu.pending = map[string]int{}
 	u.mu.shards = map[string]*shardJobs{}
 	u.mu.backfills = map[string]int{}
 	u.mu.copied = map[string]chan struct{}{}
 	u.mu.idle = make(chan struct{})
 	close(u.mu.idle)
-	for range opts.Workers {
+	for range u.opts.Workers {
 		u.wg.Go(u.work)
 	}
 	return u
@@ -345,7 +322,7 @@ func (u *Uploader) settle(j Job) {
 	}
 	select {
 	case <-copied:
-	case <-u.opts.Clock.After(u.opts.BackfillRecordDelay):
+	case <-u.clock.After(u.opts.BackfillRecordDelay):
 	case <-u.ctx.Done():
 	}
 }
@@ -368,7 +345,7 @@ func (u *Uploader) work() {
 // every attempt fails the job, which a later backfill repairs. The records
 // are published while the worker goes on to its next copy (the owner groups the
 // records that wait into one publish); a backfill's records first wait for the other
-// backfill copies of the shard (Options.BackfillRecordDelay). The job ends, and Flush
+// backfill copies of the shard (replica.Options.BackfillRecordDelay). The job ends, and Flush
 // sees it end, once they are published.
 func (u *Uploader) run(j Job) {
 	var (
@@ -415,7 +392,7 @@ func (u *Uploader) run(j Job) {
 		records.Go(func() {
 			u.settle(j)
 			if err := u.retry(func(ctx context.Context) error { return j.Recorder.AddReplica(ctx, j.Key, target) }); err != nil {
-				fail(fmt.Errorf("replica: record %s on %s: %w", j.Key, target, err))
+				fail(fmt.Errorf("replication: record %s on %s: %w", j.Key, target, err))
 			}
 		})
 	}
@@ -434,7 +411,7 @@ func (u *Uploader) finish(j Job, err error) error {
 		return err
 	}
 	if !j.Backfill() {
-		lag := u.opts.Clock.Now().Sub(j.SealedAt)
+		lag := u.clock.Now().Sub(j.SealedAt)
 		u.stats.lagMicros.Add(uint64(max(0, lag.Microseconds())))
 		u.stats.durable.Add(1)
 		if u.opts.ObserveLag != nil {
@@ -455,7 +432,7 @@ func (u *Uploader) retry(f func(ctx context.Context) error) error {
 			return err
 		}
 		select {
-		case <-u.opts.Clock.After(wait):
+		case <-u.clock.After(wait):
 		case <-u.ctx.Done():
 			return u.ctx.Err()
 		}
@@ -470,22 +447,22 @@ func (u *Uploader) retry(f func(ctx context.Context) error) error {
 func (u *Uploader) copyTo(ctx context.Context, j Job, src *io.SectionReader, target string) (made bool, err error) {
 	dst, ok := u.set.Get(target)
 	if !ok {
-		return false, fmt.Errorf("replica: upload %s: no replica %q", j.Key, target)
+		return false, fmt.Errorf("replication: upload %s: no replica %q", j.Key, target)
 	}
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return false, err
 	}
 	_, created, err := dst.Bucket.PutIfAbsent(ctx, j.Key, src)
 	if err != nil {
-		return false, fmt.Errorf("replica: upload %s to %s: %w", j.Key, target, err)
+		return false, fmt.Errorf("replication: upload %s to %s: %w", j.Key, target, err)
 	}
 	if !created {
 		a, err := dst.Bucket.Attributes(ctx, j.Key)
 		if err != nil {
-			return false, fmt.Errorf("replica: upload %s to %s: an object is there: %w", j.Key, target, err)
+			return false, fmt.Errorf("replication: upload %s to %s: an object is there: %w", j.Key, target, err)
 		}
 		if a.Size != j.Size {
-			return false, fmt.Errorf("replica: upload %s to %s: another object of %d bytes is there", j.Key, target, a.Size)
+			return false, fmt.Errorf("replication: upload %s to %s: another object of %d bytes is there", j.Key, target, a.Size)
 		}
 	}
 	return created, nil

@@ -1,4 +1,4 @@
-package replica
+package replication
 
 import (
 	"context"
@@ -13,22 +13,22 @@ import (
 	"github.com/l0store/l0/internal/part"
 )
 
-// UploadSource is where an upload reads a part: the local file of a part sealed in
-// this process, for the copies its seal queued, or a replica that holds it, for a
+// Source is where an upload reads a part: the local file of a part sealed in this
+// process, for the copies its seal queued, or a replica that holds it, for a
 // backfill.
-type UploadSource struct {
+type Source struct {
 	LocalFile string
 	Replica   string // with Key
 	Key       string
 }
 
 // FromFile is the source of a part sealed in this process.
-func FromFile(path string) UploadSource { return UploadSource{LocalFile: path} }
+func FromFile(path string) Source { return Source{LocalFile: path} }
 
 // FromReplica is the source of a part that replica holds under key.
-func FromReplica(replica, key string) UploadSource { return UploadSource{Replica: replica, Key: key} }
+func FromReplica(replica, key string) Source { return Source{Replica: replica, Key: key} }
 
-func (s UploadSource) String() string {
+func (s Source) String() string {
 	if s.LocalFile != "" {
 		return "file " + s.LocalFile
 	}
@@ -38,9 +38,9 @@ func (s UploadSource) String() string {
 // open returns the part as a verified local file, read from the start.
 func (u *Uploader) open(ctx context.Context, j Job) (*io.SectionReader, func(), error) {
 	if j.Source.LocalFile != "" {
-		f, err := u.opts.FS.Open(j.Source.LocalFile)
+		f, err := u.fs.Open(j.Source.LocalFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
+			return nil, nil, fmt.Errorf("replication: upload %s from %s: %w", j.Key, j.Source, err)
 		}
 		if err := verify(whole(f), j); err != nil {
 			f.Close()
@@ -50,21 +50,21 @@ func (u *Uploader) open(ctx context.Context, j Job) (*io.SectionReader, func(), 
 	}
 	src, ok := u.set.Get(j.Source.Replica)
 	if !ok {
-		return nil, nil, fmt.Errorf("replica: upload %s: no source replica %q", j.Key, j.Source.Replica)
+		return nil, nil, fmt.Errorf("replication: upload %s: no source replica %q", j.Key, j.Source.Replica)
 	}
 	r, err := src.Bucket.NewRangeReader(ctx, j.Source.Key, 0, -1)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
+		return nil, nil, fmt.Errorf("replication: upload %s from %s: %w", j.Key, j.Source, err)
 	}
 	defer r.Close()
-	f, path, err := fsutil.CreateTemp(u.opts.FS, u.opts.TempDir, "upload-", ".part")
+	f, path, err := fsutil.CreateTemp(u.fs, u.opts.TempDir, "upload-", ".part")
 	if err != nil {
 		return nil, nil, err
 	}
-	cleanup := func() { f.Close(); u.opts.FS.Remove(path) }
+	cleanup := func() { f.Close(); u.fs.Remove(path) }
 	if _, err := io.Copy(f, r); err != nil {
 		cleanup()
-		return nil, nil, fmt.Errorf("replica: upload %s from %s: %w", j.Key, j.Source, err)
+		return nil, nil, fmt.Errorf("replication: upload %s from %s: %w", j.Key, j.Source, err)
 	}
 	if err := verify(whole(f), j); err != nil {
 		cleanup()
@@ -80,17 +80,17 @@ func whole(f vfs.File) io.Reader { return io.NewSectionReader(f, 0, math.MaxInt6
 func verify(r io.Reader, j Job) error {
 	n, crc, err := part.Checksum(r, j.Size)
 	if err != nil {
-		return fmt.Errorf("replica: verify %s from %s: %w", j.Key, j.Source, err)
+		return fmt.Errorf("replication: verify %s from %s: %w", j.Key, j.Source, err)
 	}
 	if n != j.Size || crc != j.CRC {
-		return fmt.Errorf("replica: %s from %s: %d bytes with CRC %08x, want %d bytes with CRC %08x: %w",
+		return fmt.Errorf("replication: %s from %s: %d bytes with CRC %08x, want %d bytes with CRC %08x: %w",
 			j.Key, j.Source, n, crc, j.Size, j.CRC, ErrCorruptSource)
 	}
 	return nil
 }
 
 // ErrCorruptSource reports a source whose copy of a part fails its checks.
-var ErrCorruptSource = errors.New("replica: corrupt source")
+var ErrCorruptSource = errors.New("replication: corrupt source")
 
 // CleanDir removes the temporary files of uploads a crash interrupted.
 func CleanDir(fsys vfs.FS, dir string) error {
