@@ -23,9 +23,9 @@ func (s *Shard) Unsealed() (uint64, time.Time) {
 // without waiting for them. Every seal is counted in the engine's seal metrics,
 // whoever runs it.
 func (s *Shard) Seal(ctx context.Context, budget uint64) (seal.Result, error) {
-	res, err := s.job().Run(ctx, budget)
-	s.copy(res.Committed) // a truncation that failed after the commit leaves them committed
-	return res, err
+	out, err := s.job().Run(ctx, budget)
+	s.copy(out.Committed) // a truncation that failed after the commit leaves them committed
+	return out.Result, err
 }
 
 // job is a seal of the shard.
@@ -45,7 +45,7 @@ func (s *Shard) job() sealer.Job {
 // owns the manifest the locations go in. Each file goes when its copies end, or at
 // once if no replica lacks the part or the uploader has closed (the part then
 // stays short until a backfill).
-func (s *Shard) copy(committed []seal.Committed) {
+func (s *Shard) copy(committed []sealer.Committed) {
 	for _, c := range committed {
 		p, file := c.Part, c.File
 		remove := func() { sealer.RemoveFile(s.cfg.FS, file) }

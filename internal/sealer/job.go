@@ -35,7 +35,7 @@ type Job struct {
 	// Direct writes each part straight into Bucket, with no local file, for a
 	// bucket that streams (substrate.Bucket.Streams) when no other replica needs
 	// a copy of it: its bytes are written once, and on a local directory their
-	// writeback overlaps the compression. seal.Committed.File is then "".
+	// writeback overlaps the compression. Committed.File is then "".
 	Direct bool
 	// Dir holds the part file while it is written and put.
 	Dir string
@@ -67,8 +67,25 @@ type Tail interface {
 	Sealed(shard string, floor uint64)
 }
 
+// Outcome is what a seal did, and the parts it committed: its own, and the parts
+// in doubt it settled as committed (counted as seals of their own). Committed is
+// set even with an error, such as a truncation after the commit that failed.
+type Outcome struct {
+	seal.Result
+	Committed []Committed
+}
+
+// Committed is a part a seal committed, and its local file ("" for a part
+// written straight into its bucket, which needs no local file when no other
+// replica takes a copy of it). The file is the source of the part's copies to
+// the other replicas, and goes once they end.
+type Committed struct {
+	Part manifest.Part
+	File string
+}
+
 // Run seals the shard's oldest unsealed pages, up to budget record bytes but at
-// least one page, and returns what it committed (seal.Result.Committed):
+// least one page, and returns what it committed (Outcome.Committed):
 //
 //  1. encode them into a part file in Dir, block by block;
 //  2. put the part on the bucket under a key no other attempt uses;
@@ -85,7 +102,7 @@ type Tail interface {
 // no replica lacks the part). The job returns the parts rather than queue the
 // copies itself, so that what it committed flows back to the shard that asked,
 // which queues the copies with its owner as their recorder.
-func (j Job) Run(ctx context.Context, budget uint64) (seal.Result, error) {
+func (j Job) Run(ctx context.Context, budget uint64) (Outcome, error) {
 	res, err := j.run(ctx, budget)
 	// A closed WAL (the engine closing) and a stale epoch (a newer owner) stop the
 	// shard's seals for good, wherever in the job they show.
@@ -93,23 +110,23 @@ func (j Job) Run(ctx context.Context, budget uint64) (seal.Result, error) {
 		err = errors.Join(err, ErrStopped)
 	}
 	if j.Counters != nil {
-		j.Counters.Observe(res, err)
+		j.Counters.Observe(res.Result, err)
 	}
 	return res, err
 }
 
-// run seals; the Result's Committed are the parts committed, even with an error.
-func (j Job) run(ctx context.Context, budget uint64) (seal.Result, error) {
+// run seals; the Outcome's Committed are the parts committed, even with an error.
+func (j Job) run(ctx context.Context, budget uint64) (Outcome, error) {
 	// A fenced or released owner must not even write a part; a lapsed lease may
 	// still commit (the CAS decides), so it tries.
 	if err := j.Owner.Valid(); errors.Is(err, manifest.ErrFenced) && !errors.Is(err, manifest.ErrLeaseExpired) {
-		return seal.Result{}, fmt.Errorf("seal %s: %w", j.Shard, errors.Join(err, ErrStopped))
+		return Outcome{}, fmt.Errorf("seal %s: %w", j.Shard, errors.Join(err, ErrStopped))
 	}
 	settled, err := j.settle(ctx)
 	if err != nil {
-		return seal.Result{}, err
+		return Outcome{}, err
 	}
-	res := seal.Result{Committed: settled}
+	res := Outcome{Committed: settled}
 	m := j.Owner.Manifest()
 	if m.Epoch != j.Epoch {
 		return res, fmt.Errorf("seal %s: epoch %d, the manifest's is %d: %w", j.Shard, j.Epoch, m.Epoch, ErrStopped)
@@ -155,7 +172,7 @@ func (j Job) run(ctx context.Context, budget uint64) (seal.Result, error) {
 	}
 	keep = true // the caller's now
 	res.Records, res.RawBytes, res.Objects, res.Size, res.Cut = info.Count, info.RawBytes, 1, info.Size, cut
-	res.Committed = append(res.Committed, seal.Committed{Part: p, File: path})
+	res.Committed = append(res.Committed, Committed{Part: p, File: path})
 	if err := j.truncate(info.Next()); err != nil {
 		return res, err
 	}
@@ -164,14 +181,14 @@ func (j Job) run(ctx context.Context, budget uint64) (seal.Result, error) {
 
 // Settle decides the parts in doubt (see settle), for a shard that stops without
 // sealing again, and returns those that were committed.
-func (j Job) Settle(ctx context.Context) ([]seal.Committed, error) { return j.settle(ctx) }
+func (j Job) Settle(ctx context.Context) ([]Committed, error) { return j.settle(ctx) }
 
 // settle decides the parts in doubt. A write of the manifest settles them: once a
 // compare-and-swap of ours has landed, no earlier request can land any more, and
 // the owner's view shows each part committed or not. Each committed one counts as
 // a seal (the one that wrote it was counted a failure, not knowing) and is
 // returned, for its copies; the file of each other one goes.
-func (j Job) settle(ctx context.Context) ([]seal.Committed, error) {
+func (j Job) settle(ctx context.Context) ([]Committed, error) {
 	if j.Doubts == nil || j.Doubts.Len() == 0 {
 		return nil, nil
 	}
@@ -182,7 +199,7 @@ func (j Job) settle(ctx context.Context) ([]seal.Committed, error) {
 		return nil, fmt.Errorf("seal %s: settle the parts in doubt: %w", j.Shard, err)
 	}
 	m := j.Owner.Manifest()
-	var committed []seal.Committed
+	var committed []Committed
 	for _, d := range j.Doubts.Take() {
 		i := slices.IndexFunc(m.Parts, func(p manifest.Part) bool { return p.Key == d.Part.Key })
 		if i < 0 {
@@ -193,7 +210,7 @@ func (j Job) settle(ctx context.Context) ([]seal.Committed, error) {
 		if j.Counters != nil {
 			j.Counters.Observe(seal.Result{Records: p.Count, RawBytes: d.rawBytes, Objects: 1, Size: p.Size}, nil)
 		}
-		committed = append(committed, seal.Committed{Part: p, File: d.File})
+		committed = append(committed, Committed{Part: p, File: d.File})
 	}
 	return committed, nil
 }
