@@ -226,7 +226,7 @@ func (fx *gapFixture) openOnB(t *testing.T, skip time.Duration) {
 //     f.Next() = n+1, then finds the first given page at or past 8, [8,9], whose
 //     ticket is not done: "not shipped yet: it goes at or after f.Next()" — but it
 //     went in n. TailFrom returns n+1.
-//  5. CommitTail (manifest/lease.go:259) advances the pointer's From to n+1: the
+//  5. CommitTail (internal/ownership/lease.go) advances the pointer's From to n+1: the
 //     manifest now says sealed 8, records past it from object n+1 on.
 //  6. The flusher goes on; [10,11] and [12,13,14] ship in n+1 and later. Retire
 //     records Until past them (Tail.Until, ReleaseWithBacklog).
