@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -68,5 +70,43 @@ func TestTheWALKnowsNothingOfTheTailOrTheObjectStore(t *testing.T) {
 				t.Errorf("wal depends on %s", d)
 			}
 		}
+	}
+}
+
+// TestThePublicSurfaceStaysSmall counts the exported functions, methods and types
+// declared in the public packages' non-test files (substrate's drivers aside: a
+// driver is a user's to implement) and fails above the budget: the surface a
+// user reads to embed l0. Machinery belongs under internal/.
+func TestThePublicSurfaceStaysSmall(t *testing.T) {
+	const budget = 160
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}|{{join .GoFiles \" \"}}", "github.com/l0store/l0/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	decl := regexp.MustCompile(`(?m)^func (\([^)]*\) )?[A-Z]|^type [A-Z]`)
+	total, per := 0, map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dir, files, _ := strings.Cut(line, "|")
+		rel := filepath.ToSlash(dir)
+		if strings.Contains(rel, "/internal/") || strings.Contains(rel, "/substrate") || strings.Contains(rel, "/cmd/") ||
+			strings.Contains(rel, "/harness") || strings.HasSuffix(rel, "/model") || strings.Contains(rel, "/tools") {
+			continue
+		}
+		for _, f := range strings.Fields(files) {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := len(decl.FindAll(b, -1))
+			per[filepath.Base(dir)] += n
+			total += n
+		}
+	}
+	if len(per) < 6 {
+		t.Fatalf("only %d public packages counted: %v", len(per), per)
+	}
+	t.Logf("%d exported functions, methods and types: %v", total, per)
+	if total > budget {
+		t.Errorf("%d exported functions, methods and types in the public packages, over the budget of %d: %v", total, budget, per)
 	}
 }
