@@ -61,6 +61,7 @@ type Shard struct {
 		sync.RWMutex
 		closed bool
 	}
+	stopped chan struct{} // closed when intake stops: wakes the following reads
 }
 
 func init() {
@@ -79,7 +80,7 @@ func open(id string, cfg shardlink.Config, armed bool) (*Shard, error) {
 		cfg.MaxRecordSize <= 0 || cfg.MaxBatchBytes <= 0 {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
-	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch()}
+	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch(), stopped: make(chan struct{})}
 	cfg.Sealer.Add(id, s, armed)
 	return s, nil
 }
@@ -91,6 +92,10 @@ func (s *Shard) ID() string { return s.id }
 type Info struct {
 	// Next is the offset the next appended record gets.
 	Next uint64
+	// Readable is where a Read ends now: the end of the acknowledged records.
+	// Between it and Next are the appends in flight, which a read does not
+	// return until they are acknowledged (and may never, if they fail).
+	Readable uint64
 	// Sealed is the offset after the last sealed record.
 	Sealed uint64
 	// Epoch is the owner epoch of this shard handle.
@@ -104,7 +109,9 @@ type Info struct {
 // Info returns the shard's state.
 func (s *Shard) Info() Info {
 	wi := s.cfg.Log.Info(s.id)
-	return Info{Next: wi.Next, Sealed: s.cfg.Owner.Sealed(), Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
+	sealed := s.cfg.Owner.Sealed()
+	acked, _ := s.cfg.Log.Watch(s.id)
+	return Info{Next: wi.Next, Readable: max(acked, sealed), Sealed: sealed, Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
 }
 
 // Fenced reports whether this handle's ownership ended for good (another instance
@@ -125,6 +132,7 @@ func (s *Shard) stopIntake() bool {
 		return false
 	}
 	s.mu.closed = true
+	close(s.stopped)
 	return true
 }
 
