@@ -42,6 +42,9 @@ type Options struct {
 	Name string
 	// Weight is the member's share of the load relative to the others; 0 is 1.
 	Weight float64
+	// Address is what the member advertises for Route to give out: where a
+	// server on it takes requests, such as "10.0.0.7:8080". Optional.
+	Address string
 	// Shards returns every shard to place, with its weight: the server's catalog.
 	// The leader calls it before each publish; every member must see the same.
 	Shards func(ctx context.Context) ([]Shard, error)
@@ -137,6 +140,7 @@ type Membership struct {
 	clock     clock.Clock
 	opts      Options
 	taken0    uint64 // the engine's TailRecordsTaken at Join
+	routes    routes
 
 	// The loop's own state; leaderMu guards leader, which Stats reads too.
 	leaderMu      sync.Mutex
@@ -209,6 +213,9 @@ func (m *Membership) attrs(shards string, leaving bool) map[string]string {
 	}
 	a[attrFleet] = m.opts.Name
 	a[attrWeight] = strconv.FormatFloat(m.opts.Weight, 'g', -1, 64)
+	if m.opts.Address != "" {
+		a[attrAddress] = m.opts.Address
+	}
 	a[attrShards] = shards
 	delete(a, attrLeaving)
 	if leaving {
@@ -567,7 +574,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 	}
 	m.leaderMu.Unlock()
 	a := m.e.Attributes()
-	for _, k := range []string{attrFleet, attrWeight, attrShards, attrLeaving} {
+	for _, k := range []string{attrFleet, attrWeight, attrShards, attrLeaving, attrAddress} {
 		delete(a, k)
 	}
 	if err := m.e.SetAttributes(own, a); err != nil {
