@@ -209,7 +209,10 @@ func TestDurabilityGaugesCoverShardsNobodyHasOpen(t *testing.T) {
 	t.Run("a replica lacks the parts", func(t *testing.T) {
 		// The far replica refused every part while the shards were written.
 		far := fault.Wrap(mem.New(), 1, fault.Rule{Key: "/parts/", Ops: []substrate.Op{substrate.OpPut, substrate.OpPutIfAbsent}, Err: errors.New("far is down")})
-		e := memMachine(t, mem.New(), far)
+		// Each close waits for its copies for up to a lease's duration: a
+		// long lease lets the uploads give up before the closes end, so no copy
+		// is still queued when the scans run.
+		e := memMachineWith(t, engine.Options{Lease: engine.LeaseOptions{Duration: 30 * time.Second}}, mem.New(), far)
 		storeShards(t, e, 5)
 		far.SetRules()
 		r := scanOnce(t, e, Options{})

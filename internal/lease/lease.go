@@ -64,11 +64,11 @@ const InstancesPrefix = "instances/"
 
 // Options configure a lease. The zero value of each field means its default.
 type Options struct {
-	// Duration is how long a lease lasts after its last renewal began. Default 30 s.
+	// Duration is how long a lease lasts after its last renewal began. Default 6 s.
 	Duration time.Duration
 	// SkewMargin is how much two holders' clocks may disagree. A holder stops
 	// being valid SkewMargin before its expiry by its own clock; anyone else
-	// takes the lease as ended only SkewMargin after it by theirs. Default 2 s;
+	// takes the lease as ended only SkewMargin after it by theirs. Default 1 s;
 	// must be under half of Duration.
 	SkewMargin time.Duration
 	// Clock is the holder's clock. Default clock.Real.
@@ -78,10 +78,10 @@ type Options struct {
 // EnsureDefaults fills in the zero fields.
 func (o *Options) EnsureDefaults() {
 	if o.Duration == 0 {
-		o.Duration = 30 * time.Second
+		o.Duration = 6 * time.Second
 	}
 	if o.SkewMargin == 0 {
-		o.SkewMargin = 2 * time.Second
+		o.SkewMargin = time.Second
 	}
 	o.Clock = clock.OrReal(o.Clock)
 }

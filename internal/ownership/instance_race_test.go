@@ -105,7 +105,7 @@ func TestATakeWhoseReadBackFindsAnEarlierAttemptsBytesConfirmsNothing(t *testing
 	fd := fault.Wrap(mem.New(), 1)
 	sd := &slowDriver{Driver: fd}
 	st := NewStore(bucket(t, "a", sd))
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	ha := instance(t, st, "A", opts)
 
 	first, err := Inspect(ctx, st, "s", "A", opts)
@@ -168,7 +168,7 @@ func TestAMissingInstanceLeaseDoesNotFreeItsShardsWhileItsHolderIsValid(t *testi
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	ha := instance(t, st, "A", opts)
 	a, _, err := Acquire(ctx, st, "s", ha, opts, nil)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestATakeWhoseOutcomeIsUnknownSaysSo(t *testing.T) {
 	c := testclock.New()
 	fd := fault.Wrap(mem.New(), 1)
 	st := NewStore(bucket(t, "a", fd))
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	h := instance(t, st, "A", opts)
 	claim, err := Inspect(ctx, st, "s", "A", opts)
 	if err != nil {

@@ -17,7 +17,7 @@ func TestAnOwnershipIsConfirmedAfterALapseBeforeItAcknowledges(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	h := instance(t, st, "A", opts)
 	o, _, err := Acquire(ctx, st, "s", h, opts, nil)
 	if err != nil {
@@ -53,7 +53,7 @@ func TestATakeoverThatFoundTheLeaseEndedRacesTheOwnersConfirmation(t *testing.T)
 		t.Run(first+" first", func(t *testing.T) {
 			c := testclock.New()
 			st := NewStore(bucket(t, "a", nil))
-			opts := LeaseOptions{Clock: c}
+			opts := halfMinute(c)
 			ha := instance(t, st, "A", opts)
 			a, _, err := Acquire(ctx, st, "s", ha, opts, nil)
 			if err != nil {
@@ -103,7 +103,7 @@ func TestAShardOfARestartedInstanceIsTakenOverAtOnce(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	if _, _, err := Acquire(ctx, st, "s", instance(t, st, "A", opts), opts, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestALegacyShardLeaseIsHonoredUntilItsExpiry(t *testing.T) {
 	if _, _, err := st.publish(ctx, m, ""); err != nil {
 		t.Fatal(err)
 	}
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	if _, err := Inspect(ctx, st, "s", "B", opts); !errors.Is(err, manifest.ErrOwned) {
 		t.Fatalf("B before the legacy lease's expiry: %v, want ErrOwned", err)
 	}

@@ -26,12 +26,12 @@ var errAlreadyDone = errors.New("manifest: already done")
 // LeaseOptions configure ownership. The zero value of each field means its default.
 type LeaseOptions struct {
 	// Duration is how long a lease lasts after it was taken or last renewed: the
-	// instance lease's, which the owner's shards share. Default 30 s.
+	// instance lease's, which the owner's shards share. Default 6 s.
 	Duration time.Duration
 	// SkewMargin is how much two instances' clocks may disagree. The owner stops
 	// acknowledging SkewMargin before its lease's expiry by its own clock, and
 	// another instance takes an unreleased lease over only SkewMargin after it by
-	// its own. Default 2 s; must be under half of Duration.
+	// its own. Default 1 s; must be under half of Duration.
 	SkewMargin time.Duration
 	// Wait makes Acquire wait for a lease held by another instance to expire instead
 	// of failing with ErrOwned.

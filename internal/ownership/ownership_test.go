@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/l0store/l0/clock"
 	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/internal/testclock"
 	"github.com/l0store/l0/manifest"
@@ -121,7 +122,7 @@ func TestRenewalKeepsTheLeaseValid(t *testing.T) {
 	ctx := context.Background()
 	c := testclock.New()
 	st := NewStore(bucket(t, "a", nil))
-	opts := LeaseOptions{Clock: c}
+	opts := halfMinute(c)
 	h := instance(t, st, "A", opts)
 	o, _, err := Acquire(ctx, st, "s", h, opts, nil)
 	if err != nil {
@@ -341,4 +342,10 @@ func instance(t testing.TB, st *Store, instance string, opts LeaseOptions) *leas
 		t.Error(err)
 	}
 	return h
+}
+
+// halfMinute are lease options on clock c with a 30 s lease and a 2 s skew
+// margin: the timings the tests that step a clock through a lease are written in.
+func halfMinute(c clock.Clock) LeaseOptions {
+	return LeaseOptions{Clock: c, Duration: 30 * time.Second, SkewMargin: 2 * time.Second}
 }
