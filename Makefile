@@ -11,7 +11,7 @@ HARNESS = $(GO) -C harness
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
-.PHONY: test vet emulators bench bench-substrate crash fuzz sim
+.PHONY: test vet emulators bench bench-substrate crash fuzz sim l0ctl
 
 # Every decoder's fuzz target, as package:Target; fuzz-all runs each for $(1).
 FUZZ_TARGETS = ./internal/part/:FuzzOpenAndRead ./internal/part/:FuzzDecodeWithValidChecksums \
@@ -47,6 +47,11 @@ vet:
 	$(GO) vet ./...
 	$(HARNESS) vet ./...
 	staticcheck="$$($(GO) -C tools tool -n staticcheck)" && "$$staticcheck" ./... && cd harness && "$$staticcheck" ./...
+
+# l0ctl, the operator's tool (cmd/l0ctl), built into the repository's root:
+# ./l0ctl -h lists its commands.
+l0ctl:
+	$(GO) build -o l0ctl ./cmd/l0ctl
 
 # Builds fake-gcs-server and versitygw at pinned versions into
 # $${L0_EMULATOR_CACHE:-~/.cache/l0/emulators}, once per version.

@@ -219,6 +219,48 @@ func Reinstate(ctx context.Context, b *substrate.Bucket, key string, r Record, o
 	return created, nil
 }
 
+// ErrChanged reports a Revoke whose lease was written since the caller read it.
+var ErrChanged = errors.New("lease: changed since it was read")
+
+// Revoke releases the lease under key on its holder's behalf, for an operator who
+// knows the holder is gone for good: by compare-and-swap on ver, the version of
+// the record the caller read (and judged), so that a renewal that landed since
+// makes it fail with ErrChanged instead. What was derived from the holder's
+// acquisitions (the shards owned under it) ends at once, as after the holder's
+// own Release. The released record has a token of its own, which no manifest
+// names: a holder that still runs meets a record that is not its own at its next
+// renewal and loses the lease (ErrLost), where under its own token it would take
+// the release for a late write of its own and write over it.
+func Revoke(ctx context.Context, b *substrate.Bucket, key string, ver substrate.Version) (Record, error) {
+	cur, curVer, err := Read(ctx, b, key)
+	if err != nil {
+		return Record{}, err
+	}
+	if cur.Holder == "" || curVer != ver {
+		return Record{}, fmt.Errorf("lease %s: %w", key, ErrChanged)
+	}
+	rec := Record{Holder: cur.Holder, Token: newToken(), Released: true, Attrs: cur.Attrs}
+	data, err := encode(rec)
+	if err != nil {
+		return Record{}, err
+	}
+	_, werr := b.CompareAndSwapBytes(ctx, key, ver, data)
+	if werr == nil {
+		return rec, nil
+	}
+	// A lost reply may hide a write that landed: the object tells.
+	_, _, raw, rerr := read(ctx, b, key)
+	switch {
+	case rerr != nil:
+		return Record{}, fmt.Errorf("lease %s: revoke: %w", key, errors.Join(werr, rerr))
+	case bytes.Equal(raw, data):
+		return rec, nil
+	case errors.Is(werr, substrate.ErrPreconditionFailed):
+		return Record{}, fmt.Errorf("lease %s: %w", key, ErrChanged)
+	}
+	return Record{}, fmt.Errorf("lease %s: revoke: %w", key, werr)
+}
+
 // HeldError is ErrHeld with the holder and when its lease ends.
 type HeldError struct {
 	Key    string

@@ -326,3 +326,46 @@ func TestContinueCarriesTheEarlierTokenUntilItIsLetGo(t *testing.T) {
 		t.Fatalf("Continue after a release carries %v (%v)", last.Carries(), err)
 	}
 }
+
+func TestARevokedLeaseIsReleasedAndItsHolderLosesIt(t *testing.T) {
+	ctx := context.Background()
+	c := testclock.New()
+	b := substratetest.NewBucket(t, "a", nil)
+	a, err := Acquire(ctx, b, "k", "A", map[string]string{"weight": "2"}, withClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ver, err := Read(ctx, b, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revoke(ctx, b, "k", ver); !errors.Is(err, ErrChanged) {
+		t.Fatalf("a revoke of the record before a renewal: %v, want ErrChanged", err)
+	}
+	cur, ver, err := Read(ctx, b, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := Revoke(ctx, b, "k", ver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := Read(ctx, b, "k")
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !r.Released || r.Live(c.Now(), opts.SkewMargin) || r.Holder != "A" || r.Attrs["weight"] != "2":
+		t.Fatalf("the revoked record: %+v, want A's, released, its attributes kept", r)
+	case r.Holds(cur.Token) || r.Token != rec.Token:
+		t.Fatalf("the revoked record %+v holds the token %s its holder's shards name", r, cur.Token)
+	}
+	if err := a.Renew(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("the holder's renewal after the revoke: %v, want ErrLost", err)
+	}
+	if _, err := Acquire(ctx, b, "k", "B", nil, withClock(c)); err != nil {
+		t.Fatalf("B right after the revoke: %v", err)
+	}
+}
