@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/substrate"
 )
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/substrate/substratetest"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 )
 
 type leasesFlags struct {

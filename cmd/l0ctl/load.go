@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/manifest"
 	"github.com/l0store/l0/substrate"
 )
@@ -142,38 +142,15 @@ func classify(a, c manifestCopy) (state, string) {
 	switch {
 	case am.Authority == cm.Authority && am.Epoch == cm.Epoch && am.Seq == cm.Seq:
 		return stateDiverged, fmt.Sprintf("another manifest at the authority's epoch %d seq %d", am.Epoch, am.Seq)
-	case descends(cm, am):
+	case cm.Descends(am):
 		return stateAhead, fmt.Sprintf("epoch %d seq %d of authority %q, past the authority's epoch %d seq %d of %q", cm.Epoch, cm.Seq, cm.Authority, am.Epoch, am.Seq, am.Authority)
-	case descends(am, cm) && !(cm.Epoch == am.Epoch && cm.Owner != am.Owner):
+	case am.Descends(cm) && !(cm.Epoch == am.Epoch && cm.Owner != am.Owner):
 		return stateBehind, fmt.Sprintf("epoch %d seq %d, the authority's is epoch %d seq %d", cm.Epoch, cm.Seq, am.Epoch, am.Seq)
 	case cm.Released && !cm.Backlog && cm.Epoch <= am.Epoch && partsPrefix(cm.Parts, am.Parts):
 		return stateStale, fmt.Sprintf("epoch %d seq %d of authority %q, released with nothing of its own: the shard's next publish replaces it", cm.Epoch, cm.Seq, cm.Authority)
 	}
 	return stateDiverged, fmt.Sprintf("%q's epoch %d seq %d of authority %q, not in the history of the authority's (%q's epoch %d seq %d of %q)",
 		cm.Owner, cm.Epoch, cm.Seq, cm.Authority, am.Owner, am.Epoch, am.Seq, am.Authority)
-}
-
-// descends reports whether m's history includes a: the manifest package's rule
-// for its copies (of m's authority, or of none recorded, and not newer; or of the
-// authority m forked from, at or before the fork).
-func descends(m, a manifest.Manifest) bool {
-	switch {
-	case m.Authority == "":
-		return a.Authority == "" && !newer(a, m)
-	case a.Authority == m.Authority:
-		return !newer(a, m)
-	case m.Fork != nil && m.Fork.Authority == a.Authority:
-		return !newer(a, manifest.Manifest{Epoch: m.Fork.Epoch, Seq: m.Fork.Seq})
-	}
-	return false
-}
-
-// newer reports whether a comes after b in one authority's history.
-func newer(a, b manifest.Manifest) bool {
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
-	}
-	return a.Seq > b.Seq
 }
 
 // partsPrefix reports whether a's parts are the first of b's.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/internal/emulator"
 	"github.com/l0store/l0/replica"

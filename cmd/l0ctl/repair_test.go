@@ -10,7 +10,7 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/fleet"
-	"github.com/l0store/l0/lease"
+	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/replica"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/fault"
