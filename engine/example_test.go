@@ -9,6 +9,7 @@ import (
 
 	"github.com/l0store/l0/engine"
 	"github.com/l0store/l0/replica"
+	"github.com/l0store/l0/shard"
 	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/substrate/local"
 )
@@ -88,6 +89,9 @@ func check(err error) {
 	}
 }
 
+// consume stands for what a consumer does with a record.
+func consume(rec shard.Record) { _ = rec }
+
 // The snippet in README.md, verbatim: a test in tests/ compares the two.
 func Example_readme() {
 	e, err := engine.Open(ctx, engine.Options{Dir: "/var/lib/l0", Replicas: []replica.Spec{
@@ -99,10 +103,18 @@ func Example_readme() {
 	check(err)
 	first, err := sh.Append(ctx, rec1, rec2) // durable on return; offsets first, first+1
 	check(err)
-	for rec, err := range sh.Read(ctx, first) { // sealed parts, then the WAL
+	for rec, err := range sh.Read(ctx, first, shard.Until(first+2)) { // sealed parts, then the WAL
 		check(err)
 		fmt.Printf("%d: %s\n", rec.Offset, rec.Value)
 	}
+	go func() { // a consumer: each record as soon as it is acknowledged, until ctx ends
+		for rec, err := range sh.Read(ctx, first, shard.Follow()) {
+			if err != nil {
+				return // ctx ended, or the shard closed or moved
+			}
+			consume(rec)
+		}
+	}()
 	queued, err := e.BackfillUnderReplicated(ctx) // after attaching a replica: copy history
 	check(err)
 	fmt.Println("parts queued for a copy:", queued)

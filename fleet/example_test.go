@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -83,16 +84,24 @@ func Example_readme() {
 	e, err := engine.Open(ctx, engine.Options{Dir: "/var/lib/l0", Bucket: gcsBucket})
 	check(err)
 	m, err := fleet.Join(ctx, e, fleet.Options{
-		Weight:     4,       // this server's share, say its cores
-		Shards:     catalog, // a func returning every shard to place, with its weight
-		ScanShards: 8,       // fleet-wide scans, one lease per scan shard
+		Weight:     4,               // this server's share, say its cores
+		Shards:     catalog,         // a func returning every shard to place, with its weight
+		ScanShards: 8,               // fleet-wide scans, one lease per scan shard
+		Address:    "10.0.0.7:8080", // where this server takes requests
 		Revoked:    func(id string) { /* stop routing id here */ },
 	})
 	check(err)
 	if sh, ok := m.Shard("orders-7"); ok { // open here: serve it
 		_, err := sh.Append(ctx, rec)
 		check(err)
-	} // else: redirect to the assignee
+	} else { // redirect to whoever serves it now, or will once its handoff ends
+		r, err := m.Route(ctx, "orders-7")
+		check(err)
+		redirect(cmp.Or(r.Owner.Address, r.Assignee.Address)) // both empty: retry later
+	}
 	check(m.Leave(ctx)) // hands every shard over, then
 	check(e.Close())
 }
+
+// redirect stands for the server's redirect of a request to the member at addr.
+func redirect(addr string) { _ = addr }
