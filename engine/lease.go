@@ -352,13 +352,18 @@ func (e *Engine) SetAttributes(ctx context.Context, attrs map[string]string) err
 	if err != nil {
 		return err
 	}
+	// The write holds the lease's lock, which the renewals wait for: bounded
+	// by a renewal interval, a stalled store cannot hold them off longer.
+	ctx, cancel := context.WithTimeout(ctx, e.opts.RenewEvery)
+	defer cancel()
 	return h.SetAttrs(ctx, attrs)
 }
 
-// Err reports why the engine can own no shard any more: ErrClosed once Close
-// began, or ErrInstanceLost once another process wrote over its instance lease.
-// It is nil otherwise, also while renewals fail: the shards are fenced then, until
-// a renewal succeeds.
+// Err reports why the engine acknowledges nothing now: ErrClosed once Close
+// began, or ErrInstanceLost once another process wrote over its instance lease,
+// both for good; or, while its instance lease has lapsed (renewals failed), an
+// error that is ErrFenced (manifest.ErrLeaseExpired), until a renewal succeeds. It
+// is nil otherwise.
 func (e *Engine) Err() error {
 	e.mu.Lock()
 	closed := e.mu.closed
@@ -367,10 +372,14 @@ func (e *Engine) Err() error {
 		return ErrClosed
 	}
 	if h := e.heldLease(); h != nil {
-		if _, err := h.Valid(); errors.Is(err, lease.ErrReleased) {
+		_, err := h.Valid()
+		switch {
+		case errors.Is(err, lease.ErrReleased):
 			return ErrClosed
-		} else if errors.Is(err, lease.ErrLost) {
+		case errors.Is(err, lease.ErrLost):
 			return fmt.Errorf("%w: %w", ErrInstanceLost, err)
+		case err != nil:
+			return fmt.Errorf("engine: the instance lease: %w: %w", manifest.ErrLeaseExpired, err)
 		}
 	}
 	return nil

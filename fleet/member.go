@@ -533,10 +533,17 @@ func (m *Membership) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	m.mu.leaving = true
 	m.mu.Unlock()
-	own, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.leaseOpts.Duration)
-	defer cancel()
+	// Each step of its own is bounded by a lease, on a context the caller's end
+	// does not cut short: the handoffs before the last steps may take longer
+	// than one lease, and the leader lease and attributes must still be given up.
+	own := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), m.leaseOpts.Duration)
+	}
 	var errs []error
-	if err := m.claim(own); err != nil {
+	cctx, cancel := own()
+	err := m.claim(cctx)
+	cancel()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	for len(m.Owned()) > 0 && ctx.Err() == nil {
@@ -563,21 +570,27 @@ func (m *Membership) Leave(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	if err := m.releaseScans(own); err != nil {
+	sctx, cancel := own()
+	defer cancel()
+	if err := m.releaseScans(sctx); err != nil {
 		errs = append(errs, err)
 	}
 	m.leaderMu.Lock()
 	if m.leader != nil {
-		if err := m.leader.Release(own); err != nil {
+		lctx, cancel := own()
+		if err := m.leader.Release(lctx); err != nil {
 			errs = append(errs, err)
 		}
+		cancel()
 	}
 	m.leaderMu.Unlock()
 	a := m.e.Attributes()
 	for _, k := range []string{attrFleet, attrWeight, attrShards, attrLeaving, attrAddress} {
 		delete(a, k)
 	}
-	if err := m.e.SetAttributes(own, a); err != nil {
+	actx, cancel := own()
+	defer cancel()
+	if err := m.e.SetAttributes(actx, a); err != nil {
 		errs = append(errs, err)
 	}
 	if m.opts.Registerer != nil {

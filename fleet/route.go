@@ -47,7 +47,7 @@ func (m *Membership) Route(ctx context.Context, id string) (Route, error) {
 	assignee := m.mu.assigned[id]
 	m.mu.Unlock()
 	var r Route
-	if sh, ok := m.Shard(id); ok && !sh.Fenced() {
+	if sh, ok := m.Shard(id); ok && !sh.Fenced() && m.e.Err() == nil {
 		r.Owner = Endpoint{Member: m.id, Address: m.opts.Address}
 	} else {
 		owner, err := m.routes.owner(ctx, m, id)

@@ -63,6 +63,7 @@ func (s *Shard) append(ctx context.Context, recs [][]byte) (first uint64, bytes 
 	if err := s.cfg.Owner.Valid(); err != nil {
 		return 0, bytes, fmt.Errorf("shard %q: append at %d was durable after the lease ended (%v): %w", s.id, first, err, ErrOutcomeUnknown)
 	}
+	s.acknowledged(first + uint64(len(recs)))
 	if s.cfg.SizeTrigger > 0 && s.cfg.Log.Info(s.id).UnsealedBytes >= s.cfg.SizeTrigger {
 		s.cfg.Sealer.Kick()
 	}
@@ -91,4 +92,31 @@ func (s *Shard) check(recs [][]byte) (int, error) {
 		return 0, fmt.Errorf("shard %q: batch of %d bytes, more than %d: %w", s.id, total, s.cfg.MaxBatchBytes, ErrBatchTooLarge)
 	}
 	return total, nil
+}
+
+// acknowledged raises the end of the acknowledged records to end, and wakes the
+// following reads. Appends of a shard are durable in offset order but may return
+// out of it: the end is the largest acknowledged.
+func (s *Shard) acknowledged(end uint64) {
+	s.acked.Lock()
+	defer s.acked.Unlock()
+	if end <= s.acked.end {
+		return
+	}
+	s.acked.end = end
+	if s.acked.changed != nil {
+		close(s.acked.changed)
+		s.acked.changed = nil
+	}
+}
+
+// watch returns the end of the acknowledged records, and a channel closed once
+// it moves.
+func (s *Shard) watch() (end uint64, changed <-chan struct{}) {
+	s.acked.Lock()
+	defer s.acked.Unlock()
+	if s.acked.changed == nil {
+		s.acked.changed = make(chan struct{})
+	}
+	return s.acked.end, s.acked.changed
 }

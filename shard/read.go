@@ -25,21 +25,23 @@ type Record struct {
 type ReadOption func(*readOptions)
 
 type readOptions struct {
-	follow bool
-	until  uint64 // 0: no bound
-	limit  int    // 0: no bound
+	follow  bool
+	bounded bool // by until
+	until   uint64
+	limit   int // 0: no bound
 }
 
 // Follow makes a Read wait at the end of the shard's records for the next ones,
 // and yield each as soon as its append is acknowledged, until the read's
 // context ends (the read then ends with the context's error), the handle closes
-// (ErrClosed) or its ownership ends for good (ErrFenced). A lease that lapses and
-// is renewed does not end it: no record is acknowledged meanwhile.
+// (ErrClosed) or another instance may own the shard (ErrFenced: the handle was
+// fenced, or its lease ran out unrenewed). A lease that lapses and is renewed
+// before it runs out does not end it: no record is acknowledged meanwhile.
 func Follow() ReadOption { return func(o *readOptions) { o.follow = true } }
 
 // Until ends a Read before offset end: it yields the records below end, and with
 // Follow waits for them.
-func Until(end uint64) ReadOption { return func(o *readOptions) { o.until = end } }
+func Until(end uint64) ReadOption { return func(o *readOptions) { o.bounded, o.until = true, end } }
 
 // Limit ends a Read after n records (n > 0).
 func Limit(n int) ReadOption { return func(o *readOptions) { o.limit = n } }
@@ -79,7 +81,7 @@ func (s *Shard) Read(ctx context.Context, from uint64, opts ...ReadOption) iter.
 			fail(err)
 			return
 		}
-		done := func() bool { return (o.until > 0 && next >= o.until) || (o.limit > 0 && n >= o.limit) }
+		done := func() bool { return (o.bounded && next >= o.until) || (o.limit > 0 && n >= o.limit) }
 		if done() {
 			return
 		}
@@ -92,8 +94,8 @@ func (s *Shard) Read(ctx context.Context, from uint64, opts ...ReadOption) iter.
 		for {
 			// The watch is taken before the read, so that an append acknowledged
 			// while it reads wakes the wait after it.
-			_, changed := s.cfg.Log.Watch(s.id)
-			more, err := s.readOnce(ctx, &next, bounded)
+			acked, changed := s.watch()
+			more, err := s.readOnce(ctx, &next, acked, bounded)
 			if err != nil {
 				fail(err)
 				return
@@ -122,8 +124,11 @@ func (s *Shard) waitFor(ctx context.Context, changed <-chan struct{}) error {
 	recheck := time.NewTicker(followRecheck)
 	defer recheck.Stop()
 	for {
-		if s.cfg.Owner.Fenced() {
-			return s.cfg.Owner.Valid()
+		if s.cfg.Owner.Superseded() {
+			if err := s.cfg.Owner.Valid(); err != nil {
+				return err
+			}
+			return manifest.ErrFenced
 		}
 		select {
 		case <-changed:
@@ -143,7 +148,7 @@ func (s *Shard) waitFor(ctx context.Context, changed <-chan struct{}) error {
 // pages are in a part of the newer manifest (a seal publishes before it
 // truncates), and the read goes on there. It retries only while the manifest
 // moves, so it cannot loop.
-func (s *Shard) readOnce(ctx context.Context, next *uint64, yield func(Record, error) bool) (more bool, err error) {
+func (s *Shard) readOnce(ctx context.Context, next *uint64, acked uint64, yield func(Record, error) bool) (more bool, err error) {
 	for {
 		m := s.cfg.Owner.Manifest()
 		for _, p := range m.Parts {
@@ -155,7 +160,7 @@ func (s *Shard) readOnce(ctx context.Context, next *uint64, yield func(Record, e
 				return false, err
 			}
 		}
-		more, err := s.readPages(ctx, next, yield)
+		more, err := s.readPages(ctx, next, acked, yield)
 		if errors.Is(err, wal.ErrTruncated) && s.cfg.Owner.Sealed() > m.Sealed {
 			continue
 		}
@@ -227,9 +232,9 @@ func (s *Shard) readPartFrom(ctx context.Context, b *substrate.Bucket, p manifes
 	return true, nil
 }
 
-// readPages yields the WAL's records from *next on; more is false when the
-// caller stopped.
-func (s *Shard) readPages(ctx context.Context, next *uint64, yield func(Record, error) bool) (more bool, err error) {
+// readPages yields the WAL's records from *next up to acked; more is false when
+// the caller stopped.
+func (s *Shard) readPages(ctx context.Context, next *uint64, acked uint64, yield func(Record, error) bool) (more bool, err error) {
 	for page, err := range s.cfg.Log.Pages(s.id, *next) {
 		if err == nil {
 			err = ctx.Err()
@@ -244,6 +249,9 @@ func (s *Shard) readPages(ctx context.Context, next *uint64, yield func(Record, 
 			off := page.FirstOffset + uint64(i)
 			if off < *next {
 				continue
+			}
+			if off >= acked {
+				return true, nil
 			}
 			*next = off + 1
 			if !yield(Record{Offset: off, Value: v}, nil) {

@@ -62,6 +62,16 @@ type Shard struct {
 		closed bool
 	}
 	stopped chan struct{} // closed when intake stops: wakes the following reads
+	// acked is where a read of the WAL's pages ends: the end of the records
+	// this handle acknowledged, or that were acknowledged before it opened.
+	// Not the WAL's own: an append durable in the WAL after its lease ran out
+	// returns ErrOutcomeUnknown, and no reader sees it until a later append is
+	// acknowledged past it (or a seal commits it).
+	acked struct {
+		sync.Mutex
+		end     uint64
+		changed chan struct{} // closed, and cleared, when end moves; nil while nobody waits
+	}
 }
 
 func init() {
@@ -81,6 +91,7 @@ func open(id string, cfg shardlink.Config, armed bool) (*Shard, error) {
 		return nil, fmt.Errorf("shard %q: incomplete config", id)
 	}
 	s := &Shard{id: id, cfg: cfg, epoch: cfg.Owner.Epoch(), stopped: make(chan struct{})}
+	s.acked.end = cfg.Log.Info(id).Acknowledged
 	cfg.Sealer.Add(id, s, armed)
 	return s, nil
 }
@@ -110,7 +121,7 @@ type Info struct {
 func (s *Shard) Info() Info {
 	wi := s.cfg.Log.Info(s.id)
 	sealed := s.cfg.Owner.Sealed()
-	acked, _ := s.cfg.Log.Watch(s.id)
+	acked, _ := s.watch()
 	return Info{Next: wi.Next, Readable: max(acked, sealed), Sealed: sealed, Epoch: s.epoch, UnsealedBytes: wi.UnsealedBytes, Oldest: wi.Oldest}
 }
 

@@ -147,7 +147,6 @@ func (l *Log) Import(shard string, epoch, sealed, first uint64, recs [][]byte) e
 	st.mu.next, st.mu.pages, st.mu.payload = next, refs, payload
 	st.mu.resets++
 	st.acked.Store(next)
-	st.changedLocked()
 	st.resetMark.Store(g.seq)
 	l.changes.Add(1)
 	return nil
@@ -180,7 +179,6 @@ func (l *Log) resetLocked(shard string, st *shardState, next uint64) error {
 	st.mu.next, st.mu.pages, st.mu.payload = next, nil, 0
 	st.mu.resets++
 	st.acked.Store(next)
-	st.changedLocked()
 	st.resetMark.Store(seq)
 	l.changes.Add(1)
 	return nil

@@ -123,9 +123,6 @@ type shardState struct {
 		payload uint64    // record bytes in the shard's pages
 		epoch   uint64    // the owner epoch appends and truncations must carry
 		resets  uint64    // counts the resets that dropped every page
-		// changed is closed, and cleared, when acked or the pages' history
-		// changes (see Watch); nil while nobody watches.
-		changed chan struct{}
 	}
 	// acked is the end of the shard's records known durable: appends raise it after
 	// their sync. floorMark is mu.floor once that is durable, epochMark mu.epoch, and
@@ -143,14 +140,6 @@ func (st *shardState) oldestLocked() time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, st.mu.pages[0].appended)
-}
-
-// changedLocked wakes the shard's watchers (see Watch).
-func (st *shardState) changedLocked() {
-	if st.mu.changed != nil {
-		close(st.mu.changed)
-		st.mu.changed = nil
-	}
 }
 
 func (st *shardState) setFloorLocked(floor uint64) {
@@ -396,7 +385,6 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	st.mu.Lock()
 	if end := first + uint64(len(recs)); st.mu.resets == resets && st.acked.Load() < end {
 		st.acked.Store(end)
-		st.changedLocked()
 	}
 	st.mu.Unlock()
 	l.changes.Add(1)
@@ -409,8 +397,11 @@ type ShardInfo struct {
 	// truncated (sealed).
 	Floor uint64
 	// Next is the offset the next appended record gets.
-	Next  uint64
-	Pages int
+	Next uint64
+	// Acknowledged is the end of the records known durable: where a read of
+	// the pages ends (see Pages). Between it and Next are appends still syncing.
+	Acknowledged uint64
+	Pages        int
 	// UnsealedBytes is the sum of the record lengths in the shard's pages.
 	UnsealedBytes uint64
 	// Oldest is when the oldest page still in the log was appended; zero without
@@ -430,34 +421,8 @@ func (l *Log) Info(shard string) ShardInfo {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Pages: len(st.mu.pages), UnsealedBytes: st.mu.payload, Oldest: st.oldestLocked(), Epoch: st.mu.epoch}
+	return ShardInfo{Floor: st.mu.floor, Next: st.mu.next, Acknowledged: st.acked.Load(), Pages: len(st.mu.pages), UnsealedBytes: st.mu.payload, Oldest: st.oldestLocked(), Epoch: st.mu.epoch}
 }
-
-// Watch returns where a read of the shard's pages ends now, the end of its
-// acknowledged records, and a channel closed once that changes: an append
-// acknowledged past it, a reset of the shard's pages (an adoption, an import),
-// or the Log's Close. A reader that reached the end waits on the channel, then
-// reads on from where it stopped.
-func (l *Log) Watch(shard string) (acked uint64, changed <-chan struct{}) {
-	if l.ops.closed.Load() {
-		return 0, closedChan
-	}
-	st := l.state(shard)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.mu.changed == nil {
-		st.mu.changed = make(chan struct{})
-	}
-	// Checked again under the shard's lock, which Close takes to wake every
-	// watcher after it set closed: a watcher either sees closed here or is woken.
-	if l.ops.closed.Load() {
-		return 0, closedChan
-	}
-	return st.acked.Load(), st.mu.changed
-}
-
-// closedChan is a channel that is closed.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Shards returns the shards that have pages, sorted.
 func (l *Log) Shards() []string {
@@ -802,15 +767,6 @@ func (l *Log) Segments() (live, pooled int) { return l.w.segments() }
 func (l *Log) Close() error {
 	if l.ops.closed.Swap(true) {
 		return ErrClosed
-	}
-	// Wake the watchers; l.mu is not held while taking a shard's lock (see Shards).
-	l.mu.RLock()
-	states := maps.Clone(l.mu.shards)
-	l.mu.RUnlock()
-	for _, st := range states {
-		st.mu.Lock()
-		st.changedLocked()
-		st.mu.Unlock()
 	}
 	l.ops.mu.Lock()
 	for l.ops.inflight.Load() > 0 {

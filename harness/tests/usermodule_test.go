@@ -97,6 +97,7 @@ func main() {}
 	if len(inSum) < 20 {
 		t.Fatalf("go.sum names only %d modules (what this test is about changed):\n%s", len(inSum), sum)
 	}
+	t.Logf("the user module's go.sum names %d modules", len(inSum))
 	for _, m := range testOnly {
 		if inSum[m] {
 			t.Errorf("a module importing l0 has %s in its go.sum; go mod why -m says:\n%s", m, goCmd("mod", "why", "-m", m))

@@ -334,6 +334,21 @@ func (o *Owner) Fenced() bool {
 	return err != nil && !errors.Is(err, manifest.ErrLeaseExpired)
 }
 
+// Superseded reports whether another instance may own the shard now, by this
+// owner's clock: it is fenced, or its lease ran out unrenewed. From the lease's
+// expiry by this clock on, an instance whose clock is up to the skew margin ahead
+// may take the shard over.
+func (o *Owner) Superseded() bool {
+	err := o.Valid()
+	switch {
+	case err == nil:
+		return false
+	case !errors.Is(err, manifest.ErrLeaseExpired):
+		return true
+	}
+	return !o.opts.Clock.Now().Before(o.lease.Renewed().Add(o.opts.Duration))
+}
+
 // Lapsed reports whether the owner is valid but for a confirmation: its instance
 // lease is valid in a later generation than the ownership was confirmed in.
 func (o *Owner) Lapsed() bool {
