@@ -11,7 +11,7 @@ HARNESS = $(GO) -C harness
 # Emulator-backed tests find the binaries through these variables.
 WITH_EMULATORS = env $$(scripts/emulators.sh)
 
-.PHONY: test vet emulators bench bench-substrate crash fuzz sim l0ctl
+.PHONY: test vet emulators bench bench-md bench-substrate crash fuzz sim l0ctl
 
 # Every decoder's fuzz target, as package:Target; fuzz-all runs each for $(1).
 FUZZ_TARGETS = ./internal/part/:FuzzOpenAndRead ./internal/part/:FuzzDecodeWithValidChecksums \
@@ -61,10 +61,17 @@ emulators:
 # l0bench's default suite; figures on stdout, one JSON line per result in
 # l0bench-results.jsonl. Flags: make bench BENCHFLAGS=-h. It is built in harness/
 # and runs here, so that the files it writes land here.
-bench:
-	@bin="$$(mktemp -d)" && trap 'rm -rf "$$bin"' EXIT && \
+l0bench = @bin="$$(mktemp -d)" && trap 'rm -rf "$$bin"' EXIT && \
 	$(HARNESS) build -o "$$bin/l0bench" -ldflags "-X main.commit=$$(git rev-parse --short HEAD 2>/dev/null)" ./cmd/l0bench && \
-	"$$bin/l0bench" $(BENCHFLAGS)
+	"$$bin/l0bench" $(1)
+bench:
+	$(call l0bench,$(BENCHFLAGS))
+
+# make bench, whose results also replace those in BENCHMARKS.md: each scenario run
+# rewrites its section there, the rest of the file stays as it was. make bench-md
+# BENCHFLAGS="-scenario open" rewrites one section.
+bench-md:
+	$(call l0bench,-markdown BENCHMARKS.md $(BENCHFLAGS))
 
 # The substrate drivers' Go benchmarks: 64 KiB objects per driver (and the GCS
 # driver against fake-gcs-server served in-process, in harness/).

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/engine"
@@ -325,9 +324,9 @@ func reportAppends(cfg config, p appendParams, kinds []sinkKind, wins [][]window
 	}
 	invalid, noise := judgeAppends(kinds, vsBest)
 
-	fmt.Fprintf(out, "append · %d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s, and for l0 and pebble until %.0f MB acknowledged (l0: and sealing), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios\n",
+	title(out, "append", "%d B records, %d per append · %d appenders, closed loop · %d rounds, order rotated · warm-up ≥ %s, and for l0 and pebble until %.0f MB acknowledged (l0: and sealing), then a %s window · median (min-max) of rounds; ratios are medians of per-round ratios",
 		p.recordSize, p.batch, p.appenders, cfg.longRounds, cfg.timing.warmup, float64(cfg.timing.warmupBytes)/1e6, cfg.timing.window)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "contender\tshards\tMB/s\tack p50 ms\tack p99 ms\tappends/fsync\tgroup ms (write, fsync)\tdisk written / appended\tCPU ms / MB\tcores busy\tvs best raw\tvs pebble one key\tsealed/appended\tbacklog MB at end (growth)\t")
 	for i, k := range kinds {
 		f, shards, sealed, backlog := figs[i], "-", "-", "-"

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"google.golang.org/api/option"
@@ -229,9 +228,9 @@ func rebalanceScenario(ctx context.Context, cfg config, root string, out, result
 		atMost("rebalance: handoffs forced", 0, each(rs, func(r rebalanceRound) float64 { return float64(r.Forced) })...),
 		atMost("rebalance: records replayed from a tail by the new owners", 0, each(rs, func(r rebalanceRound) float64 { return float64(r.ReplayedRecords) })...),
 	}
-	fmt.Fprintf(out, "rebalance · %d shards under steady appends (1 KiB every %s each, %.0f MB/s offered) on one member, a second joining after %s, then %s measured · %s %s · %d rounds · median (min-max)\n",
+	title(out, "rebalance", "%d shards under steady appends (1 KiB every %s each, %.0f MB/s offered) on one member, a second joining after %s, then %s measured · %s %s · %d rounds · median (min-max)",
 		rebalanceShards, rebalanceEvery, rebalanceShards*1024/rebalanceEvery.Seconds()/1e6, before, after, g.kind, g.endpoint, rounds)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "figure\tvalue\tideal / target\t")
 	fmt.Fprintf(tw, "late joiner's share of the appends after the moves\t%s\t%s (ratio %s)\t\n",
 		spreadOf(each(rs, func(r rebalanceRound) float64 { return r.JoinerShare })), num(rs[0].Ideal), spreadOf(share))
@@ -378,9 +377,9 @@ func churnScenario(ctx context.Context, cfg config, root string, out, results io
 		atMost("churn: revocations per catalog change", 1, f.RevocationsPerChange),
 		atMost("churn: handoffs forced", 0, float64(f.Forced)),
 	}
-	fmt.Fprintf(out, "churn · %d members, %d shards, %s added to every object-store call, a shard added or removed every 250 ms for %s · %s %s\n",
+	title(out, "churn", "%d members, %d shards, %s added to every object-store call, a shard added or removed every 250 ms for %s · %s %s",
 		members, shards, delay, window, g.kind, g.endpoint)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "figure\tvalue\ttarget\t")
 	fmt.Fprintf(tw, "catalog changes\t%d\t-\t\n", f.Changes)
 	fmt.Fprintf(tw, "revocations · per change\t%d · %s\t%s\t\n", f.Revocations, num(f.RevocationsPerChange), verdict(targets[0]))

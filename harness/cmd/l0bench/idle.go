@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/engine"
@@ -75,9 +74,9 @@ func idleScenario(ctx context.Context, cfg config, root string, out, results io.
 		targets, rssTarget = append(targets, t), verdict(t)
 	}
 
-	fmt.Fprintf(out, "idle · %d shards, each holding a sealed part, idle for %.1fs on %s (%s) · requests counted at a proxy in front of the server · leases renewed every %s\n",
+	title(out, "idle", "%d shards, each holding a sealed part, idle for %.1fs on %s (%s) · requests counted at a proxy in front of the server · leases renewed every %s",
 		cfg.idleShards, f.IdleSeconds, g.kind, g.endpoint, idleRenewEvery)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "figure\tvalue\ttarget\t")
 	fmt.Fprintf(tw, "requests during setup: open, append, seal every shard\t%d\t-\t\n", f.SetupRequests.Total)
 	fmt.Fprintf(tw, "requests per minute, idle\t%s\t-\t\n", num(f.RequestsPerMinute))

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -163,7 +162,7 @@ func latencyScenario(ctx context.Context, cfg config, root string, out, results 
 	if err := os.WriteFile(svgPath, latencySVG(l0.levels, rawLevels), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "latency · l0 in %s mode (-durability) · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (median of %d closed-loop runs in steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level, highest first, after a warm-up at the highest\n",
+	title(out, "latency", "l0 in %s mode (-durability) · %d B records, %d per append, %d appenders, %d shards · l0 saturation %.1f MB/s (median of %d closed-loop runs in steady state) · open-loop offered load from one generator, l0 and the best raw writer in %d rounds, order rotated · %s per level, highest first, after a warm-up at the highest",
 		durability, p.recordSize, p.batch, p.appenders, shards, saturation, saturationRuns, rounds, cfg.latencyWindow)
 	if err := l0.print(out); err != nil {
 		return err
@@ -227,7 +226,7 @@ func latencyVersus(runs, rawRuns []levelRun, rawLevels []levelFigures, name, pre
 
 // print writes the table of r's levels and its targets.
 func (r latencyResult) print(out io.Writer) error {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "offered\tMB/s\tl0 MB/s done\tl0 seals\tl0 p50\tl0 p99\tl0 p99.9 pooled\traw p50\traw p99\tp50 vs raw\tp99 vs raw\tl0 timer late p99\t")
 	unsealed := false
 	for i, f := range loadFractions {

@@ -8,7 +8,10 @@
 // ratio is the median of the per-round ratios. A quantile is reported only from
 // enough samples (p99 from 1,000, p99.9 from 10,000), and a target that is a bound
 // is judged on its worst round. It prints a table per scenario on stdout and
-// appends one JSON line per scenario and configuration to -results.
+// appends one JSON line per scenario and configuration to -results. With -markdown
+// FILE it also writes each scenario's output, as Markdown, between that scenario's
+// markers in FILE, and leaves every other byte of FILE as it was: the repository's
+// BENCHMARKS.md is written so.
 //
 // Scenarios:
 //
@@ -55,6 +58,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -107,6 +111,9 @@ type config struct {
 	appenders     int
 	recordSize    int
 	batch         int
+	markdown      string // -markdown: the file whose scenario sections the run replaces
+	markdownPart  string // in a scenario process of a suite: where its sections go
+	flags         string // the flags the run was given, for the Markdown's stamp
 }
 
 func main() {
@@ -142,7 +149,10 @@ func main() {
 	flag.StringVar(&remoteKind, "remote", "gcs", "the remote replica of inherited-seal, backfill, lag and idle: gcs (in-process fake-gcs-server, or STORAGE_EMULATOR_HOST) or s3 (AWS_ENDPOINT_URL, or versitygw as a process)")
 	durabilityFlag := flag.String("durability", "local", "the engines' durability mode outside the tail scenario: local (acknowledged on the local fsync) or remote (on the tail put too)")
 	metricsAddr := flag.String("metrics-addr", "", "serve the engines' and buckets' Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9464")
+	flag.StringVar(&cfg.markdown, "markdown", "", "also render each scenario's output as Markdown into FILE, between the lines <!-- l0bench:begin SCENARIO --> and <!-- l0bench:end SCENARIO --> (a scenario without them is added under ## Results; one not run keeps its section)")
 	flag.Parse()
+	cfg.markdownPart = os.Getenv(markdownPartEnv)
+	cfg.flags = flagsGiven()
 	cfg.scenarios = strings.Split(scenarios, ",")
 	var err error
 	if cfg.shards, err = parseInts(shards); err != nil {
@@ -170,10 +180,13 @@ func main() {
 	defer stop()
 	if len(cfg.scenarios) > 1 && !inScenarioProcess() {
 		fmt.Printf("l0bench %s · %s · %d cores · each scenario in a process of its own\n\n", commitID(), runtime.Version(), runtime.NumCPU())
-		if err := runIsolated(ctx, cfg.scenarios, os.Stdout, os.Stderr); err != nil {
+		if err := runIsolated(ctx, cfg.scenarios, cfg.markdown, os.Stdout, os.Stderr); err != nil {
 			fatalf("%v", err)
 		}
 		fmt.Printf("results appended to %s\n", cfg.results)
+		if cfg.markdown != "" {
+			fmt.Printf("Markdown written into %s\n", cfg.markdown)
+		}
 		return
 	}
 	if *cpuProfile != "" {
@@ -246,64 +259,65 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if !inScenarioProcess() {
 		fmt.Fprintf(out, "l0bench %s · %s · %d cores · data in %s\n\n", commitID(), runtime.Version(), runtime.NumCPU(), root)
 	}
+	// Under -markdown each scenario writes to a markdownWriter of its own, which
+	// keeps its section; those of the scenarios that finished are written even when
+	// a later one fails, each stamped with its own run.
+	var sections []section
 	for _, sc := range cfg.scenarios {
-		switch sc {
-		case "append":
-			if err := appendScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "seal":
-			if err := sealScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "inherited-seal":
-			if err := inheritedScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "backfill":
-			if err := backfillScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "lag":
-			if err := lagScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "idle":
-			if err := idleScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "open":
-			if err := openScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "mixed":
-			if err := mixedScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "latency":
-			if err := latencyScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "tail":
-			if err := tailScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "rebalance":
-			if err := rebalanceScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		case "churn":
-			if err := churnScenario(ctx, cfg, root, out, results); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("unknown scenario %q", sc)
+		w, md, start := out, (*markdownWriter)(nil), time.Now()
+		if cfg.markdown != "" || cfg.markdownPart != "" {
+			md = newMarkdownWriter(out)
+			w = md
 		}
+		if err := runScenario(ctx, cfg, sc, root, w, results); err != nil {
+			return errors.Join(err, cfg.writeMarkdown(sections))
+		}
+		if md != nil {
+			sections = append(sections, section{name: sc, body: runStamp(cfg, start) + "\n\n" + md.String()})
+		}
+	}
+	if err := cfg.writeMarkdown(sections); err != nil {
+		return err
 	}
 	if !inScenarioProcess() {
 		fmt.Fprintf(out, "results appended to %s\n", cfg.results)
+		if cfg.markdown != "" {
+			fmt.Fprintf(out, "Markdown written into %s\n", cfg.markdown)
+		}
 	}
 	return nil
+}
+
+// runScenario runs the scenario sc, printing to out.
+func runScenario(ctx context.Context, cfg config, sc, root string, out, results io.Writer) error {
+	switch sc {
+	case "append":
+		return appendScenario(ctx, cfg, root, out, results)
+	case "seal":
+		return sealScenario(ctx, cfg, root, out, results)
+	case "inherited-seal":
+		return inheritedScenario(ctx, cfg, root, out, results)
+	case "backfill":
+		return backfillScenario(ctx, cfg, root, out, results)
+	case "lag":
+		return lagScenario(ctx, cfg, root, out, results)
+	case "idle":
+		return idleScenario(ctx, cfg, root, out, results)
+	case "open":
+		return openScenario(ctx, cfg, root, out, results)
+	case "mixed":
+		return mixedScenario(ctx, cfg, root, out, results)
+	case "latency":
+		return latencyScenario(ctx, cfg, root, out, results)
+	case "tail":
+		return tailScenario(ctx, cfg, root, out, results)
+	case "rebalance":
+		return rebalanceScenario(ctx, cfg, root, out, results)
+	case "churn":
+		return churnScenario(ctx, cfg, root, out, results)
+	default:
+		return fmt.Errorf("unknown scenario %q", sc)
+	}
 }
 
 // emit appends l to the results file, stamped with the time and the environment.

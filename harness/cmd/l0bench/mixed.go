@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/engine"
@@ -92,9 +91,9 @@ func mixedScenario(ctx context.Context, cfg config, root string, out, results io
 	}
 	lag := summarizeLatencies(lags)
 	targets := []target{bounded("append p99 mixed over alone", 1.5, p99.PerRound, "too few appends per run for a p99")}
-	fmt.Fprintf(out, "mixed · 8 shards at 8 MB/s in all, open loop, %s a run: appends alone, then with a tailing reader per shard, seals every 1 MiB and copies to a %s replica · %d rounds, order rotated · median (min-max)\n",
+	title(out, "mixed", "8 shards at 8 MB/s in all, open loop, %s a run: appends alone, then with a tailing reader per shard, seals every 1 MiB and copies to a %s replica · %d rounds, order rotated · median (min-max)",
 		duration, g.kind, rounds)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "figure\tmixed\talone\tmixed / alone\t")
 	fmt.Fprintf(tw, "append p50 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .5)), presentSpread(q(alone, .5)), p50)
 	fmt.Fprintf(tw, "append p99 ms\t%s\t%s\t%s\t\n", presentSpread(q(mixed, .99)), presentSpread(q(alone, .99)), p99)

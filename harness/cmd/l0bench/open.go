@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"path/filepath"
-	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/engine"
@@ -86,10 +85,10 @@ func openScenario(ctx context.Context, cfg config, root string, out, results io.
 	vs := pairRatios(l0Rates, baseRates)
 	records, recordBytes := reps[0][0].records, reps[0][0].bytes
 
-	fmt.Fprintf(out, "open · a shard with %.0f MB of records in %d parts on a local-directory bucket and %.0f MB unsealed in the WAL · replays: %d rounds, order rotated · median (min-max)\n",
+	title(out, "open", "a shard with %.0f MB of records in %d parts on a local-directory bucket and %.0f MB unsealed in the WAL · replays: %d rounds, order rotated · median (min-max)",
 		cfg.openPartsMB, partsBefore, cfg.openWALMB, cfg.rounds)
 	fmt.Fprintf(out, "both replays read the same %d part files after the inherited backlog is sealed, through the same OS page cache: they alternate, so both see it warm alike\n", len(parts))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "figure\tvalue\tvs baseline\t")
 	fmt.Fprintf(tw, "engine.Open (WAL recovery)\t%.1f ms\t-\t\n", ms(engineOpen))
 	fmt.Fprintf(tw, "OpenShard (lease, settle the WAL)\t%.1f ms\t-\t\n", ms(shardOpen))

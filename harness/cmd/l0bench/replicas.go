@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/engine"
@@ -227,9 +226,9 @@ func backfillScenario(ctx context.Context, cfg config, root string, out, results
 	fills, raws := rate(times[0]), rate(times[1])
 	vs := pairRatios(fills, raws)
 	t := atLeast("backfill MB/s over the raw copy's", 0.8, vs.PerRound...)
-	fmt.Fprintf(out, "backfill · %d parts, %.1f MB of part objects, from a local replica to an attached remote replica (%s %s) · %d rounds, order rotated · median (min-max)\n",
+	title(out, "backfill", "%d parts, %.1f MB of part objects, from a local replica to an attached remote replica (%s %s) · %d rounds, order rotated · median (min-max)",
 		len(h.parts), float64(h.bytes)/1e6, g.kind, g.endpoint, cfg.rounds)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "contender\tMB/s\tms\tvs raw\t")
 	fmt.Fprintf(tw, "BackfillUnderReplicated + FlushAndWaitUploads\t%s\t%s\t%s\t\n", spreadOf(fills), num(ms(middle(slices.Clone(times[0])))), vs)
 	fmt.Fprintf(tw, "raw copy, %d writers: get, check size and CRC, put if absent; then the manifest\t%s\t%s\t1.00x\t\n", uploadWorkers, spreadOf(raws), num(ms(middle(slices.Clone(times[1])))))
@@ -383,9 +382,9 @@ func lagScenario(ctx context.Context, cfg config, root string, out, results io.W
 		atMost("part committed → on every replica, worst ms (bounds the p99)", 2000, pooledLag.MaxMs),
 		atMost("worst lag over the worst raw put of a part", 3, ratio(pooledLag.MaxMs, pooledPut.MaxMs)),
 	}
-	fmt.Fprintf(out, "lag · %d shards at %.0f MB/s in all, open loop, sealing every %d KiB onto a local replica, copied to a %s replica (%s) · %s in %d slices · %d parts of %d bytes (first)\n",
+	title(out, "lag", "%d shards at %.0f MB/s in all, open loop, sealing every %d KiB onto a local replica, copied to a %s replica (%s) · %s in %d slices · %d parts of %d bytes (first)",
 		shards, rateMBps, partBytes>>10, g.kind, g.endpoint, cfg.lagFor, rounds, pooledLag.Samples, len(obj))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "contender\tsamples\tp50 ms\tp90 ms\tp99 ms\tmax ms\tp50 vs raw put\t")
 	fmt.Fprintf(tw, "part committed on the local replica → on every replica\t%d\t%s\t%s\t%s\t%s\t%s\t\n", pooledLag.Samples,
 		cell(pooledLag.P50Ms), cell(pooledLag.P90Ms), cell(pooledLag.P99Ms), num(pooledLag.MaxMs), vsP50)

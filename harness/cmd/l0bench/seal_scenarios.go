@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"text/tabwriter"
 	"time"
 
 	"github.com/l0store/l0/internal/part"
@@ -51,9 +50,9 @@ func sealScenario(ctx context.Context, cfg config, root string, out, results io.
 	sealCPU, zstdCPU := spreadOf(cpuPerMB(runs[0])), spreadOf(cpuPerMB(runs[1]))
 	vs := pairRatios(rate(runs[0]), rate(runs[1]))
 	t := atLeast("seal MB/s over zstd's on one core", 0.8, vs.PerRound...)
-	fmt.Fprintf(out, "seal · %.1f MB of %d B JSON events → one part on a local directory, on one core · %d rounds, order rotated, each seal once the appends before it are shipped and written back · median (min-max)\n",
+	title(out, "seal", "%.1f MB of %d B JSON events → one part on a local directory, on one core · %d rounds, order rotated, each seal once the appends before it are shipped and written back · median (min-max)",
 		float64(raw)/1e6, recordSize, cfg.rounds)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "contender\tMB/s\tvs zstd\tCPU ms / MB\t")
 	fmt.Fprintf(tw, "l0 seal: WAL pages → part → put → manifest CAS → truncate\t%s\t%s\t%s\t\n", sealRates, vs, sealCPU)
 	fmt.Fprintf(tw, "zstd SpeedFastest, 64 KiB blocks, 1 core\t%s\t1.00x\t%s\t\n", zstdRates, zstdCPU)
@@ -136,9 +135,9 @@ func inheritedScenario(ctx context.Context, cfg config, root string, out, result
 		atMost("openshard_to_sealed_ms", 500, openMs...),
 		atMost("openshard_to_sealed over a direct seal of the same backlog", 1.2, vs.PerRound...),
 	}
-	fmt.Fprintf(out, "inherited-seal · %.1f MB left unsealed by Retire, below every trigger (age 1 h) · %s %s · %d rounds, the direct seal first in every other · median (min-max)\n",
+	title(out, "inherited-seal", "%.1f MB left unsealed by Retire, below every trigger (age 1 h) · %s %s · %d rounds, the direct seal first in every other · median (min-max)",
 		float64(raw)/1e6, g.kind, g.endpoint, cfg.rounds)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "contender\tms\tvs direct\t")
 	fmt.Fprintf(tw, "OpenShard on a new engine → backlog sealed\t%s\t%s\t\n", spreadOf(openMs), vs)
 	fmt.Fprintf(tw, "  of which OpenShard, until it returned: the takeover's %s object-store requests\t%s\t\t\n", spreadOf(reqs).median(), spreadOf(openedMs))

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"google.golang.org/api/option"
@@ -58,9 +57,9 @@ func tailScenario(ctx context.Context, cfg config, root string, out, results io.
 	}
 	reincRows, reincFigures, reincTargets := reinc.rows()
 
-	fmt.Fprintf(out, "tail · Remote mode on %s %s, flush interval %s · %d rounds, order rotated · median (min-max)\n",
+	title(out, "tail", "Remote mode on %s %s, flush interval %s · %d rounds, order rotated · median (min-max)",
 		g.kind, g.endpoint, tailInterval, cfg.longRounds)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "figure\tl0\tbaseline\tratio\t")
 	fmt.Fprintf(tw, "append ack p50 ms, %.0f MB/s offered open-loop over %d shards · put of a %.0f KB object\t%s\t%s\t%s (of the bound)\t\n",
 		lat.offered, tailShards, float64(lat.objectBytes)/1e3, presentSpread(lat.l0P50), presentSpread(lat.putP50), lat.vsBound)
