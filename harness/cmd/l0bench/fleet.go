@@ -25,9 +25,10 @@ import (
 // fleetMachine is a member of a bench fleet: an engine on its own Dir and its own
 // client of the shared bucket, joined.
 type fleetMachine struct {
-	e *engine.Engine
-	m *fleet.Membership
-	b *substrate.Bucket
+	e  *engine.Engine
+	m  *fleet.Membership
+	b  *substrate.Bucket
+	fd *fault.Driver // every call of its client goes through it
 }
 
 // fleetWorld is machines over one bucket of the remote emulator.
@@ -65,11 +66,12 @@ func (w *fleetWorld) join(ctx context.Context, delay time.Duration) (*fleetMachi
 	if err != nil {
 		return nil, err
 	}
-	var drv substrate.Driver = d
+	var rules []fault.Rule
 	if delay > 0 {
-		drv = fault.Wrap(d, 1, fault.Rule{Latency: delay})
+		rules = append(rules, fault.Rule{Latency: delay})
 	}
-	b, err := substrate.New(drv, substrate.Options{Name: "gcs"})
+	fd := fault.Wrap(d, 1, rules...)
+	b, err := substrate.New(fd, substrate.Options{Name: "gcs"})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +87,7 @@ func (w *fleetWorld) join(ctx context.Context, delay time.Duration) (*fleetMachi
 		b.Close()
 		return nil, err
 	}
-	mc := &fleetMachine{e: e, m: m, b: b}
+	mc := &fleetMachine{e: e, m: m, b: b, fd: fd}
 	w.mu.Lock()
 	w.ms = append(w.ms, mc)
 	w.mu.Unlock()
