@@ -20,7 +20,11 @@ import (
 
 // idleRenewEvery is the engine's default lease renewal interval, which the idle
 // scenario runs with.
-const idleRenewEvery = 10 * time.Second
+var idleRenewEvery = func() time.Duration {
+	var o engine.Options
+	o.EnsureDefaults()
+	return o.RenewEvery
+}()
 
 // idleFigures are what the idle scenario measures.
 type idleFigures struct {

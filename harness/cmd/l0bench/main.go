@@ -127,7 +127,7 @@ func main() {
 	flag.IntVar(&cfg.idleShards, "idle-shards", 1000, "idle: shards open")
 	flag.Float64Var(&cfg.openPartsMB, "open-parts-mb", 1024, "open: MB of records sealed into parts")
 	flag.Float64Var(&cfg.openWALMB, "open-wal-mb", 64, "open: MB of records left in the WAL")
-	flag.DurationVar(&cfg.idleFor, "idle-for", 20*time.Second, "idle: how long the engine idles (two renewal intervals)")
+	flag.DurationVar(&cfg.idleFor, "idle-for", 20*time.Second, "idle: how long the engine idles (ten renewal intervals at the default)")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the runs' data (default: a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.results, "results", "l0bench-results.jsonl", "file the JSON lines are appended to")
 	flag.IntVar(&cfg.rounds, "rounds", 5, "rounds: each contender runs once per round, in an order rotated each round")
