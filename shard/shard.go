@@ -1,7 +1,8 @@
-// Package shard is one shard of an engine: its owner's lease, its append and read
-// paths, and its seals. A Shard is opened by the engine (engine.OpenShard), which
-// owns the WAL, the substrates, the seal scheduler and the metrics; this package holds
-// what is specific to one shard.
+// Package shard is one shard of an engine: its append and read paths, and its
+// seals, under its owner's lease. A Shard is opened by the engine
+// (engine.OpenShard, or a fleet's Membership), which owns the WAL, the
+// substrates, the seal scheduler and the metrics; this package holds what is
+// specific to one shard.
 //
 // Records get dense offsets, starting at 0 for a new shard and continuing across
 // reopens and owners. Empty records are refused (ErrEmptyRecord): a zero-length
