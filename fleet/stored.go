@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/l0store/l0/internal/lease"
 	"github.com/l0store/l0/substrate"
@@ -14,7 +15,7 @@ import (
 // Stored is a fleet as its objects on the authority hold it, read by someone who
 // is not a member (an operator's tool): the assignment last published, the leader
 // lease, and every instance lease that names the fleet, live or not, as written.
-// Judging which leases live is the reader's, by its clock (lease.Record.Live).
+// Judging which leases live is the reader's, by its clock (StoredLease.Live).
 type Stored struct {
 	Name string `json:"name"`
 	// Seq counts the assignment's publishes (0: none yet); Publisher is the
@@ -23,19 +24,41 @@ type Stored struct {
 	Publisher  string     `json:"publisher,omitempty"`
 	Planned    []string   `json:"planned,omitempty"`
 	Assignment Assignment `json:"assignment"`
-	// Leader is the leader lease's record; zero when there is none.
-	Leader lease.Record `json:"leader"`
+	// Leader is the leader lease as stored; zero when there is none.
+	Leader StoredLease `json:"leader"`
 	// Members are the instance leases that name the fleet, by instance id.
 	Members []StoredMember `json:"members"`
 }
 
 // StoredMember is one instance lease that names the fleet.
 type StoredMember struct {
-	ID      string       `json:"id"`
-	Weight  float64      `json:"weight"`
-	Shards  []string     `json:"shards,omitempty"` // the shards it says it owns
-	Leaving bool         `json:"leaving,omitempty"`
-	Lease   lease.Record `json:"lease"`
+	ID      string      `json:"id"`
+	Weight  float64     `json:"weight"`
+	Shards  []string    `json:"shards,omitempty"` // the shards it says it owns
+	Leaving bool        `json:"leaving,omitempty"`
+	Lease   StoredLease `json:"lease"`
+}
+
+// StoredLease is a lease as its object holds it.
+type StoredLease struct {
+	// Holder holds it, until Expiry by the holder's clock unless renewed, or
+	// until Released.
+	Holder   string            `json:"holder"`
+	Expiry   time.Time         `json:"expiry,omitzero"`
+	Released bool              `json:"released,omitempty"`
+	Attrs    map[string]string `json:"attrs,omitempty"`
+}
+
+// Live reports whether the lease lives at at, by a clock within skew of the
+// holder's: held, not released, and not past its expiry by more than skew.
+func (l StoredLease) Live(at time.Time, skew time.Duration) bool { return l.record().Live(at, skew) }
+
+func (l StoredLease) record() lease.Record {
+	return lease.Record{Holder: l.Holder, Expiry: l.Expiry, Released: l.Released, Attrs: l.Attrs}
+}
+
+func storedLease(r lease.Record) StoredLease {
+	return StoredLease{Holder: r.Holder, Expiry: r.Expiry, Released: r.Released, Attrs: r.Attrs}
 }
 
 // ReadStored reads the fleet name's objects from b, the engines' authority. An
@@ -47,10 +70,11 @@ func ReadStored(ctx context.Context, b *substrate.Bucket, name string) (Stored, 
 		return Stored{}, aerr
 	}
 	s.Seq, s.Publisher, s.Planned, s.Assignment = p.Seq, p.Leader, p.Members, p.Shards
-	var err error
-	if s.Leader, _, err = lease.Read(ctx, b, leaderKey(name)); err != nil {
+	leader, _, err := lease.Read(ctx, b, leaderKey(name))
+	if err != nil {
 		return Stored{}, err
 	}
+	s.Leader = storedLease(leader)
 	recs, _, err := lease.ListAll(ctx, b, lease.InstancesPrefix, "/lease")
 	if err != nil {
 		return Stored{}, err
@@ -60,7 +84,7 @@ func ReadStored(ctx context.Context, b *substrate.Bucket, name string) (Stored, 
 			continue
 		}
 		w, _ := strconv.ParseFloat(r.Attrs[attrWeight], 64)
-		m := StoredMember{ID: r.Holder, Weight: w, Leaving: r.Attrs[attrLeaving] == "1", Lease: r}
+		m := StoredMember{ID: r.Holder, Weight: w, Leaving: r.Attrs[attrLeaving] == "1", Lease: storedLease(r)}
 		if sh := r.Attrs[attrShards]; sh != "" {
 			m.Shards = strings.Split(sh, ",")
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/l0store/l0/fleet"
+	"github.com/l0store/l0/internal/lease"
 )
 
 type fleetFlags struct {
@@ -82,7 +83,7 @@ func printFleet(c *call, st fleet.Stored, at time.Time, skew time.Duration) {
 	w := c.stdout
 	fmt.Fprintf(w, "fleet %s\n", st.Name)
 	if st.Leader.Holder != "" {
-		fmt.Fprintf(w, "leader: %s (lease %s)\n", st.Leader.Holder, leaseState(st.Leader, at, skew))
+		fmt.Fprintf(w, "leader: %s (lease %s)\n", st.Leader.Holder, leaseState(storedRecord(st.Leader), at, skew))
 	} else {
 		fmt.Fprintln(w, "leader: none")
 	}
@@ -101,7 +102,7 @@ func printFleet(c *call, st fleet.Stored, at time.Time, skew time.Duration) {
 	owner := map[string]string{}
 	seen := map[string]bool{}
 	for _, m := range st.Members {
-		state := leaseState(m.Lease, at, skew)
+		state := leaseState(storedRecord(m.Lease), at, skew)
 		if m.Leaving {
 			state += ", leaving"
 		}
@@ -142,4 +143,9 @@ func countList(ids []string) string {
 		return fmt.Sprintf("%d: %s ...", len(ids), strings.Join(ids[:10], ","))
 	}
 	return fmt.Sprintf("%d: %s", len(ids), strings.Join(ids, ","))
+}
+
+// storedRecord is a fleet's stored lease as the lease package reads one.
+func storedRecord(l fleet.StoredLease) lease.Record {
+	return lease.Record{Holder: l.Holder, Expiry: l.Expiry, Released: l.Released, Attrs: l.Attrs}
 }
