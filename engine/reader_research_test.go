@@ -205,4 +205,3 @@ func TestResearchATakeoverElsewhereKeepsAShippedUnsyncedRecord(t *testing.T) {
 		})
 	}
 }
-
