@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -19,10 +20,10 @@ import (
 	"github.com/l0store/l0/substrate/substratetest"
 )
 
-// researchHeldSyncs wraps fs so that, once held is set, every sync waits until
+// syncsHeldThenFailed wraps fs so that, once held is set, every sync waits until
 // release is closed and then fails: a page written then is in the file but never
 // on the disk, and its append is never acknowledged.
-func researchHeldSyncs(fs vfs.FS, held *atomic.Bool, release <-chan struct{}) vfs.FS {
+func syncsHeldThenFailed(fs vfs.FS, held *atomic.Bool, release <-chan struct{}) vfs.FS {
 	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		switch op.Kind {
 		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
@@ -68,7 +69,7 @@ func sameDirCrash(t *testing.T, d Durability, optsA Options, fa *fault.Driver, a
 	fsA := vfs.NewCrashableMem()
 	var held atomic.Bool
 	release := make(chan struct{})
-	optsA.FS = researchHeldSyncs(fsA, &held, release)
+	optsA.FS = syncsHeldThenFailed(fsA, &held, release)
 	eA, err := Open(context.Background(), optsA)
 	if err != nil {
 		t.Fatal(err)
@@ -112,11 +113,11 @@ func sameDirCrash(t *testing.T, d Durability, optsA Options, fa *fault.Driver, a
 	return optsA, seen
 }
 
-// TestResearchASameDirRestartKeepsAShippedUnsyncedRecord: a record shipped while
-// its fsync runs, then a crash. The restart on the same Dir reads its own earlier
+// TestASameDirRestartKeepsAShippedUnsyncedRecord: a record shipped while its
+// fsync runs, then a crash. The restart on the same Dir reads its own earlier
 // incarnation (takeover.go: walBehind) and takes the tail's history: the record a
 // leaseless reader saw at offset 3 stays at offset 3.
-func TestResearchASameDirRestartKeepsAShippedUnsyncedRecord(t *testing.T) {
+func TestASameDirRestartKeepsAShippedUnsyncedRecord(t *testing.T) {
 	for _, d := range []Durability{Remote, Local} {
 		t.Run(d.String(), func(t *testing.T) {
 			drv := mem.New()
@@ -142,12 +143,14 @@ func TestResearchASameDirRestartKeepsAShippedUnsyncedRecord(t *testing.T) {
 	}
 }
 
-// TestResearchARestartWithoutItsTailReplicaGivesAShippedOffsetAgain: the same
-// crash, with the tail on a second replica "t" that the restart's options no longer
-// list. tailReplicaOf reports it unknown, so the open keeps the WAL without reading
-// the tail, and the next append takes offset 3, which a leaseless reader already
-// returned with other bytes.
-func TestResearchARestartWithoutItsTailReplicaGivesAShippedOffsetAgain(t *testing.T) {
+// TestARestartWithoutItsTailReplicaRefusesTheShard: the same crash, with the
+// tail on a second replica "t" that the restart's options no longer list. The
+// restart cannot check its WAL against what it shipped, and the WAL lacks the
+// record a leaseless reader already returned at offset 3: keeping the WAL would
+// give that offset to another record. The open refuses with ErrTailMissing. Once
+// the shard is sealed and closed cleanly (its manifest has no tail pointer), the
+// same options open it.
+func TestARestartWithoutItsTailReplicaRefusesTheShard(t *testing.T) {
 	for _, d := range []Durability{Remote, Local} {
 		t.Run(d.String(), func(t *testing.T) {
 			authDrv, tailDrv := mem.New(), mem.New()
@@ -160,28 +163,51 @@ func TestResearchARestartWithoutItsTailReplicaGivesAShippedOffsetAgain(t *testin
 				Seal: quietSealOptions(), Durability: d, Lease: lateLease, RenewEvery: time.Second}
 			auth, tb := substratetest.NewBucket(t, "a", authDrv), substratetest.NewBucket(t, "t", tailDrv)
 			opts, seen := sameDirCrash(t, d, optsA, fa, auth, tb)
-			ft.SetRules(fault.Rule{Err: errMachineDown, Last: true})
-			opts.Replicas = []replica.Spec{{Name: "a", Domain: "d1", Bucket: substratetest.NewBucket(t, "a", fault.Wrap(authDrv, 2))}}
-			opts.Tail = TailOptions{}
-			eA2 := open(t, opts)
-			x := openShard(t, eA2, "x")
-			off, err := x.Append(context.Background(), []byte("after the restart"))
-			if err != nil {
+			without := opts
+			without.Replicas = []replica.Spec{{Name: "a", Domain: "d1", Bucket: substratetest.NewBucket(t, "a", fault.Wrap(authDrv, 2))}}
+			without.Tail = TailOptions{}
+			eA2 := open(t, without)
+			if _, err := eA2.OpenShard(context.Background(), "x"); !errors.Is(err, ErrTailMissing) {
+				t.Fatalf("the restart without the tail replica opened x: %v, want ErrTailMissing", err)
+			}
+			if err := eA2.Close(); err != nil {
 				t.Fatal(err)
 			}
-			got := readAll(t, x, 0)
-			t.Logf("reader saw %q; after the restart the shard holds %q, the next append went to %d", seen, got, off)
-			if len(got) > 3 && string(got[3]) != string(seen[3]) {
-				t.Errorf("HOLE: offset 3 was %q to a leaseless reader of the tail, and is %q in the shard's history now", seen[3], got[3])
+
+			// With the replica back, the restart keeps the record the reader saw,
+			// and a seal and a clean
+			// close clear the pointer.
+			with := opts
+			with.Replicas = []replica.Spec{
+				{Name: "a", Domain: "d1", Bucket: substratetest.NewBucket(t, "a", fault.Wrap(authDrv, 3))},
+				{Name: "t", Domain: "d2", Bucket: substratetest.NewBucket(t, "t", fault.Wrap(tailDrv, 3))}}
+			eA3 := open(t, with)
+			x := openShard(t, eA3, "x")
+			if got := readAll(t, x, 0); len(got) < 4 || string(got[3]) != string(seen[3]) {
+				t.Fatalf("offset 3: the reader returned %q, the restarted shard holds %q", seen[3], got)
+			}
+			// The backlog an open adopts is sealed at once.
+			waitFor(t, 10*time.Second, "the backlog sealed", func() bool { return x.Manifest().Sealed == 4 })
+			if err := eA3.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if m, err := manifest.LoadFrom(context.Background(), auth, "x"); err != nil || m.Tail != nil {
+				t.Fatalf("after a clean close the manifest's tail pointer is %+v (%v), want none", m.Tail, err)
+			}
+			without.Replicas = []replica.Spec{{Name: "a", Domain: "d1", Bucket: substratetest.NewBucket(t, "a", fault.Wrap(authDrv, 4))}}
+			eA4 := open(t, without)
+			x = openShard(t, eA4, "x")
+			if got := readAll(t, x, 0); len(got) != 4 || string(got[3]) != string(seen[3]) {
+				t.Fatalf("the shard without a tail pointer, opened without the tail replica, holds %q", got)
 			}
 		})
 	}
 }
 
-// TestResearchATakeoverElsewhereKeepsAShippedUnsyncedRecord: the same crash, and
+// TestATakeoverElsewhereKeepsAShippedUnsyncedRecord: the same crash, and
 // B on another machine takes x over once A's lease ran out: it fences A's
 // incarnation past the object and reads it (tail.ReadHistory with Take).
-func TestResearchATakeoverElsewhereKeepsAShippedUnsyncedRecord(t *testing.T) {
+func TestATakeoverElsewhereKeepsAShippedUnsyncedRecord(t *testing.T) {
 	for _, d := range []Durability{Remote, Local} {
 		t.Run(d.String(), func(t *testing.T) {
 			drv := mem.New()
