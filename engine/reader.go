@@ -122,7 +122,9 @@ func (r *Reader) Close() error {
 func (r *Reader) Read(ctx context.Context, id string, from uint64, opts ...shard.ReadOption) iter.Seq2[shard.Record, error] {
 	o := shardlink.ReadOptionsOf(opts)
 	return func(yield func(shard.Record, error) bool) {
-		fail := func(err error) { yield(shard.Record{}, fmt.Errorf("engine: reader: shard %q: read from %d: %w", id, from, err)) }
+		fail := func(err error) {
+			yield(shard.Record{}, fmt.Errorf("engine: reader: shard %q: read from %d: %w", id, from, err))
+		}
 		if err := shard.ValidateID(id); err != nil {
 			fail(err)
 			return
