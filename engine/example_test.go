@@ -122,3 +122,67 @@ func Example_readme() {
 	check(sh.Close(ctx)) // seal the tail, release the lease
 	check(e.Close())
 }
+
+// A Reader follows a shard from another process, without its lease: it reads the
+// sealed parts and the records the owner shipped to its tail on the object store.
+func ExampleOpenReader() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "l0-example-reader")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := local.New(filepath.Join(dir, "bucket"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	bucket, err := substrate.New(store, substrate.Options{Name: "local"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bucket.Close()
+
+	// The owner, on its machine.
+	e, err := engine.Open(ctx, engine.Options{Dir: filepath.Join(dir, "engine"), Bucket: bucket})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+	sh, err := e.OpenShard(ctx, "orders-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	appended := make(chan error, 1)
+	go func() {
+		for _, v := range []string{"created", "paid", "shipped"} {
+			if _, err := sh.Append(ctx, []byte(v)); err != nil {
+				appended <- err
+				return
+			}
+		}
+		appended <- nil
+	}()
+
+	// A reader, anywhere the bucket is.
+	r, err := engine.OpenReader(ctx, engine.ReaderOptions{Bucket: bucket})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	// Follow waits for each record until the owner has shipped it; Until ends
+	// the read before offset 3.
+	for rec, err := range r.Read(ctx, "orders-7", 0, shard.Follow(), shard.Until(3)) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d: %s\n", rec.Offset, rec.Value)
+	}
+	// A record can be on the tail before its append returns.
+	if err := <-appended; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// 0: created
+	// 1: paid
+	// 2: shipped
+}

@@ -22,7 +22,9 @@ import (
 //     the fence is in the manifest now.
 //  3. Settle the WAL: if the pages it holds are this engine's own from the
 //     previous ownership (a restart, or a lag move back to this Dir), they are
-//     the backlog; otherwise they were superseded, and the backlog is what the
+//     the backlog when they hold everything this instance shipped of the shard
+//     to its tail, which is read to check (an open without the tail's replica
+//     refuses); otherwise they were superseded, and the backlog is what the
 //     previous owner shipped to its tail past the sealed watermark, imported.
 //  4. Ship the backlog to this engine's tail under the new epoch.
 //  5. Publish the takeover, pointing the manifest at this engine's tail; if
@@ -96,11 +98,15 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		recs  [][]byte
 		read  bool // recs is the history read from the tail
 	)
-	if _, known := e.tailReplicaOf(prev); ours && known {
+	if ours && prev.Tail != nil {
 		// What this instance shipped is in its own tail, which a WAL restored
-		// from an older copy of the Dir lacks: read it (through the chain, to
-		// the ends the earlier processes left) and keep the WAL only if it
-		// holds all of it.
+		// from an older copy of the Dir lacks, and so does one whose page was
+		// shipped while a crash cut its fsync short (a reader of the tail may
+		// have returned it): read it (through the chain, to the ends the
+		// earlier processes left) and keep the WAL only if it holds all of it.
+		// An engine reopened without the replica the pointer names cannot
+		// check, and readTail refuses with ErrTailMissing: keeping the WAL
+		// unchecked could give such a page's offset to another record.
 		h, _, err := e.readTail(ctx, prev)
 		if err != nil {
 			return nil, 0, err
@@ -166,18 +172,6 @@ func (e *Engine) takeOverOnce(ctx context.Context, id string, held *lease.Held, 
 		return nil, 0, e.takeoverFailed(id, c, err)
 	}
 	return o, taken, nil
-}
-
-// tailReplicaOf reports whether the replica prev's tail pointer names is one
-// this engine has (true without a pointer: there is nothing to read). An engine
-// reopened without that replica cannot check its WAL against its own tail, and
-// keeps the WAL, as a restart did before the chain.
-func (e *Engine) tailReplicaOf(prev manifest.Manifest) (string, bool) {
-	if prev.Tail == nil {
-		return "", true
-	}
-	_, ok := e.set.Get(prev.Tail.Replica)
-	return prev.Tail.Replica, ok
 }
 
 // walBehind reports whether the WAL's records of the shard from sealed on lack

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"slices"
 	"time"
 
-	"github.com/l0store/l0/internal/part"
+	"github.com/l0store/l0/internal/partread"
+	"github.com/l0store/l0/internal/shardlink"
 	"github.com/l0store/l0/manifest"
-	"github.com/l0store/l0/replica"
-	"github.com/l0store/l0/substrate"
 	"github.com/l0store/l0/wal"
 )
 
@@ -29,6 +27,16 @@ type readOptions struct {
 	bounded bool // by until
 	until   uint64
 	limit   int // 0: no bound
+}
+
+func init() {
+	shardlink.ReadOptionsOf = func(v any) shardlink.ReadOptions {
+		var o readOptions
+		for _, opt := range v.([]ReadOption) {
+			opt(&o)
+		}
+		return shardlink.ReadOptions{Follow: o.follow, Bounded: o.bounded, Until: o.until, Limit: o.limit}
+	}
 }
 
 // Follow makes a Read wait at the end of the shard's records for the next ones,
@@ -169,67 +177,11 @@ func (s *Shard) readOnce(ctx context.Context, next *uint64, acked uint64, yield 
 }
 
 // readPart yields the records of p from *next on, advancing *next; more is false
-// when the caller stopped. It reads from the replicas that hold p, in the set's
-// order, then from the others; on an error or a failed check it goes on, from the
-// next record due, at the next replica.
+// when the caller stopped (see partread.Read).
 func (s *Shard) readPart(ctx context.Context, p manifest.Part, next *uint64, yield func(Record, error) bool) (more bool, err error) {
-	var errs []error
-	holders := s.holders(p)
-	for _, sp := range holders {
-		more, err := s.readPartFrom(ctx, sp.Bucket, p, next, yield)
-		if err == nil {
-			return more, nil
-		}
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", sp.Name, err))
-	}
-	return false, fmt.Errorf("part %s: %w (%d tried): %w", p.Key, ErrNoReachableReplica, len(holders), errors.Join(errs...))
-}
-
-// holders returns the replicas to read p from: those the manifest names, in the
-// set's order, then the rest of the set (a copy may exist that is not recorded yet).
-func (s *Shard) holders(p manifest.Part) []replica.Spec {
-	var named, rest []replica.Spec
-	for _, sp := range s.cfg.Replicas.Specs() {
-		if slices.Contains(p.Replicas, sp.Name) {
-			named = append(named, sp)
-		} else {
-			rest = append(rest, sp)
-		}
-	}
-	return append(named, rest...)
-}
-
-func (s *Shard) readPartFrom(ctx context.Context, b *substrate.Bucket, p manifest.Part, next *uint64, yield func(Record, error) bool) (more bool, err error) {
-	r, err := part.Open(objectReader{ctx, b, p.Key}, p.Size, p.Key, nil)
-	if err != nil {
-		return false, fmt.Errorf("part %s: %w", p.Key, err)
-	}
-	if info := r.Info(); info.Shard != s.id || info.First != p.First || info.Count != p.Count || info.CRC != p.CRC {
-		return false, fmt.Errorf("part %s: holds %s %d+%d crc %08x, the manifest says %d+%d crc %08x: %w",
-			p.Key, info.Shard, info.First, info.Count, info.CRC, p.First, p.Count, p.CRC, part.ErrCorrupt)
-	}
-	for rec, err := range r.Records(*next) {
-		if err == nil {
-			err = ctx.Err()
-		}
-		if err != nil {
-			return false, fmt.Errorf("part %s: %w", p.Key, err)
-		}
-		if rec.Offset != *next {
-			return false, fmt.Errorf("part %s: offset %d where %d was due: %w", p.Key, rec.Offset, *next, part.ErrCorrupt)
-		}
-		*next++
-		if !yield(Record{Offset: rec.Offset, Value: rec.Value}, nil) {
-			return false, nil
-		}
-	}
-	if *next != p.Next() {
-		return false, fmt.Errorf("part %s: ends at %d, the manifest says %d: %w", p.Key, *next, p.Next(), part.ErrCorrupt)
-	}
-	return true, nil
+	return partread.Read(ctx, s.id, s.cfg.Replicas.Specs(), p, next, ErrNoReachableReplica, func(off uint64, v []byte) bool {
+		return yield(Record{Offset: off, Value: v}, nil)
+	})
 }
 
 // readPages yields the WAL's records from *next up to acked; more is false when
@@ -260,23 +212,4 @@ func (s *Shard) readPages(ctx context.Context, next *uint64, acked uint64, yield
 		}
 	}
 	return true, nil
-}
-
-// objectReader reads an object by ranges, for the part reader.
-type objectReader struct {
-	ctx context.Context
-	b   *substrate.Bucket
-	key string
-}
-
-func (o objectReader) ReadAt(p []byte, off int64) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	data, _, err := o.b.GetRange(o.ctx, o.key, off, int64(len(p)))
-	n := copy(p, data)
-	if err == nil && n < len(p) {
-		err = fmt.Errorf("object %s: %d bytes at %d, asked for %d", o.key, n, off, len(p))
-	}
-	return n, err
 }

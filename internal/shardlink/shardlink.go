@@ -95,3 +95,17 @@ func ReleaseLeaving(ctx context.Context, log *wal.Log, tail Tail, o *ownership.O
 	}
 	return o.ReleaseWithBacklog(ctx, inc, until)
 }
+
+// ReadOptions are what the shard.ReadOption values of a read set, for a reader
+// other than a Shard's (engine.Reader), which takes the same options.
+type ReadOptions struct {
+	Follow  bool
+	Bounded bool // by Until
+	Until   uint64
+	Limit   int // 0: no bound
+}
+
+// ReadOptionsOf returns the ReadOptions that opts, a []shard.ReadOption, set.
+// Package shard sets it when it initialises, as it does Open, so that the
+// options' fields stay its own.
+var ReadOptionsOf func(opts any) ReadOptions
