@@ -112,13 +112,15 @@ func (r *Reader) Close() error {
 // later owner's history holds with other bytes end it with an error too, which
 // would be a bug of the engine's.
 //
-// Each pass makes these requests: one GET of the manifest on the authority; for
-// each part it reads, a few ranged GETs; and with a tail pointer, one GET of the
-// owner's chain (none when its release recorded an end in one incarnation), one
-// LIST of each incarnation it reads, and two ranged GETs of each object listed
-// (its index, and the shard's section if it has one). It reads the whole unsealed
-// tail each pass: a follower's cost grows with the owner's unsealed window, which
-// seals bound.
+// A full pass makes these requests: one GET of the manifest on the authority;
+// for each part it reads, a few ranged GETs; and with a tail pointer, one GET of
+// the owner's chain (none when its release recorded an end in one incarnation),
+// one LIST of each incarnation it reads, and two ranged GETs of each object
+// listed (its index, and the shard's section if it has one). A follower whose
+// pass ended in the owner's live tail reads on from there for a second after
+// each manifest read: one request a poll while nothing is new, two more for each
+// object put since. An idle follower so costs about one request a Poll and one
+// a second.
 func (r *Reader) Read(ctx context.Context, id string, from uint64, opts ...shard.ReadOption) iter.Seq2[shard.Record, error] {
 	o := shardlink.ReadOptionsOf(opts)
 	return func(yield func(shard.Record, error) bool) {
@@ -178,6 +180,21 @@ type cursor struct {
 	// last record was read or checked in; a pass under another reads that record
 	// again and checks it.
 	owner ownerKey
+	// live is where the last pass left the owner's live tail incarnation, for
+	// the next to read on from there without reading the tail again.
+	live liveTail
+}
+
+// liveTail is where a pass left a live tail incarnation: when it read the
+// manifest, the manifest's epoch and stream, and the sequence after the last
+// object read. ok is false after a pass that did not end in a live incarnation.
+type liveTail struct {
+	ok       bool
+	read     time.Time
+	epoch    uint64
+	replica  string
+	instance string
+	pos      tail.Position
 }
 
 type ownerKey struct {
@@ -200,13 +217,20 @@ func keyOf(m manifest.Manifest) ownerKey {
 // start over from where it is; only a miss under the same manifest version twice
 // is an error.
 func (r *Reader) pass(ctx context.Context, id string, c *cursor, yield func(shard.Record) bool) (more bool, err error) {
+	if c.live.ok && r.opts.Clock.Now().Sub(c.live.read) < manifestEvery {
+		if more, done, err := r.readOn(ctx, id, c, yield); done {
+			return more, err
+		}
+	}
 	var missedAt substrate.Version
 	missed := false
 	for {
+		read := r.opts.Clock.Now()
 		m, ver, _, err := manifest.Read(ctx, r.set.Authority().Bucket, id)
 		if err != nil {
 			return false, err
 		}
+		c.live = liveTail{read: read}
 		more, err := r.passOnce(ctx, id, m, c, yield)
 		if err == nil || !isMiss(err) || (missed && ver == missedAt) || ctx.Err() != nil {
 			return more, err
@@ -267,9 +291,12 @@ func (r *Reader) passOnce(ctx context.Context, id string, m manifest.Manifest, c
 	if m.Tail == nil {
 		return true, nil
 	}
-	recs, err := r.readTail(ctx, m)
+	recs, h, err := r.readTail(ctx, m)
 	if err != nil {
 		return false, err
+	}
+	if h.Live {
+		c.live.ok, c.live.epoch, c.live.replica, c.live.instance, c.live.pos = true, m.Epoch, m.Tail.Replica, m.Tail.Instance, h.End
 	}
 	for i, v := range recs {
 		off := m.Sealed + uint64(i)
@@ -291,10 +318,10 @@ func (r *Reader) passOnce(ctx context.Context, id string, m manifest.Manifest, c
 // watermark, so every later owner keeps it at its offset: a takeover elsewhere
 // reads every object below its fence, and a restart on the owner's Dir reads its
 // own tail and keeps what its WAL lacks (or refuses, without the tail's replica).
-func (r *Reader) readTail(ctx context.Context, m manifest.Manifest) ([][]byte, error) {
+func (r *Reader) readTail(ctx context.Context, m manifest.Manifest) ([][]byte, tail.History, error) {
 	spec, ok := r.set.Get(m.Tail.Replica)
 	if !ok {
-		return nil, fmt.Errorf("%w: its tail is on replica %q, which the reader does not have", ErrTailMissing, m.Tail.Replica)
+		return nil, tail.History{}, fmt.Errorf("%w: its tail is on replica %q, which the reader does not have", ErrTailMissing, m.Tail.Replica)
 	}
 	p := tail.PointerOf(m.Tail)
 	if !m.Released || m.Tail.Until == 0 {
@@ -302,7 +329,65 @@ func (r *Reader) readTail(ctx context.Context, m manifest.Manifest) ([][]byte, e
 	}
 	h, err := tail.ReadHistory(ctx, spec.Bucket, p, m.Shard, m.Epoch, m.Sealed, tail.HistoryOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("read the tail: %w", err)
+		return nil, tail.History{}, fmt.Errorf("read the tail: %w", err)
 	}
-	return h.Records, nil
+	return h.Records, h, nil
+}
+
+// manifestEvery is how long a follower reads on in a live tail incarnation
+// without reading the manifest again: how late it sees a seal (whose records it
+// has read from the tail already, unless the owner's collection deleted their
+// objects first) and a move after a release (which puts no fence in the old
+// stream). A fence it meets in the stream, a takeover's or a reincarnation's,
+// makes it read the manifest at once.
+const manifestEvery = time.Second
+
+// readOn reads on in the live incarnation where the last pass left it, while
+// its manifest is recent: the records of the owner's epoch in the objects put
+// there since, found one by one (tail.ReadNext), continuing from c.next. Each is
+// where a full pass would read it, in a data object of that incarnation below
+// any fence, so the same owners keep it. done is false when a full pass must
+// read instead: a fence there (the incarnation ended), an object gone, or records
+// that do not continue where the read is.
+func (r *Reader) readOn(ctx context.Context, id string, c *cursor, yield func(shard.Record) bool) (more, done bool, err error) {
+	l := &c.live
+	spec, ok := r.set.Get(l.replica)
+	if !ok {
+		l.ok = false
+		return false, false, nil
+	}
+	secs, next, fenced, err := tail.ReadNext(ctx, spec.Bucket, l.instance, l.pos.Incarnation, l.pos.Sequence, id)
+	if err != nil {
+		l.ok = false
+		if isMiss(err) {
+			return false, false, nil
+		}
+		return false, true, err
+	}
+	for _, sec := range secs {
+		end := sec.First + uint64(len(sec.Records))
+		switch {
+		case sec.Epoch != l.epoch || end <= c.next:
+			continue
+		case sec.First > c.next:
+			l.ok = false // a gap: read it all again
+			return false, false, nil
+		}
+		start := c.next
+		for i, v := range sec.Records[start-sec.First:] {
+			off := start + uint64(i)
+			c.next = off + 1
+			c.last, c.hasLast = sha256.Sum256(v), true
+			if !yield(shard.Record{Offset: off, Value: bytes.Clone(v)}) {
+				l.pos.Sequence = sec.Sequence // what is left of it, next time
+				return false, true, nil
+			}
+		}
+	}
+	l.pos.Sequence = next
+	if fenced {
+		l.ok = false
+		return false, false, nil
+	}
+	return true, true, nil
 }

@@ -54,6 +54,12 @@ type History struct {
 	// Fenced reports that the read fenced a live incarnation; Wrote, that it put
 	// a fence there, rather than finding one complete.
 	Fenced, Wrote bool
+	// Live reports that the read ended in a live incarnation, at its current end
+	// (not at a fence, the chain's end for it, or Until); End is where: that
+	// incarnation, and the sequence after the last object read. A reader reads
+	// on from there (ReadNext) while the pointer stays as it is.
+	Live bool
+	End  Position
 }
 
 // ReadHistory returns the shard's records under epoch from sealed on, as p
@@ -125,10 +131,11 @@ func ReadHistory(ctx context.Context, b *substrate.Bucket, p Pointer, shard stri
 		if s.until != NoFence && s.until <= s.from {
 			continue
 		}
-		sections, err := ReadShard(ctx, b, p.Instance, s.n, s.from, s.until, shard)
+		sections, end, err := readShard(ctx, b, p.Instance, s.n, s.from, s.until, shard)
 		if err != nil {
 			return History{}, fmt.Errorf("tail: shard %q: read: %w", shard, err)
 		}
+		h.Live, h.End = s.until == NoFence, Position{Incarnation: s.n, Sequence: end}
 		for _, sec := range sections {
 			end := sec.First + uint64(len(sec.Records))
 			switch {

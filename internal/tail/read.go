@@ -2,6 +2,7 @@ package tail
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -35,9 +36,20 @@ const suffixBytes = 64 << 10
 // objects at a time: for each, one ranged read of its end (trailer and index), and
 // one of the shard's section if it has one.
 func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, error) {
+	secs, _, err := readShard(ctx, b, instance, incarnation, from, until, shard)
+	return secs, err
+}
+
+// readShard is ReadShard, also returning where it stopped: the sequence after the
+// last object it read (from if it read none).
+func readShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, uint64, error) {
 	objs, err := listFrom(ctx, b, instance, incarnation, from, until)
 	if err != nil {
-		return nil, fmt.Errorf("tail: read %s: %w", streamPrefix(instance, incarnation), err)
+		return nil, 0, fmt.Errorf("tail: read %s: %w", streamPrefix(instance, incarnation), err)
+	}
+	next := from
+	if len(objs) > 0 {
+		next = objs[len(objs)-1].Sequence + 1
 	}
 	out := make([][]Shipped, len(objs))
 	errs := make([]error, len(objs))
@@ -54,11 +66,37 @@ func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarn
 	var all []Shipped
 	for i := range objs {
 		if errs[i] != nil {
-			return nil, errs[i]
+			return nil, 0, errs[i]
 		}
 		all = append(all, out[i]...)
 	}
-	return all, nil
+	return all, next, nil
+}
+
+// ReadNext reads on in a stream incarnation that a reader read up to sequence
+// from, one object at a time, each found by its key's attributes rather than a
+// listing: the shard's sections in the data objects from from on, up to the first
+// sequence that holds nothing or a fence. It returns next, the first sequence it
+// did not read, and fenced, whether a fence is there (the incarnation ended: read
+// on through the chain). A stream with nothing new costs one request.
+func ReadNext(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from uint64, shard string) (secs []Shipped, next uint64, fenced bool, err error) {
+	for next = from; ; next++ {
+		key := Key(instance, incarnation, next)
+		attrs, err := b.Attributes(ctx, key)
+		switch {
+		case errors.Is(err, substrate.ErrNotFound):
+			return secs, next, false, nil
+		case err != nil:
+			return nil, 0, false, fmt.Errorf("tail: read %s: %w", key, err)
+		case attrs.Size == 0:
+			return secs, next, true, nil
+		}
+		s, err := readSection(ctx, b, Stored{Sequence: next, Key: key, Size: attrs.Size}, incarnation, shard)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		secs = append(secs, s...)
+	}
 }
 
 // listFrom lists the data objects of the stream to read: from the first at or after

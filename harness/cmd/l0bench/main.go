@@ -119,7 +119,7 @@ type config struct {
 func main() {
 	var cfg config
 	var scenarios, shards string
-	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle,tail,follow,rebalance,churn,failover", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle, tail, follow, rebalance, churn, failover; and open (not in the default suite)")
+	flag.StringVar(&scenarios, "scenario", "append,latency,seal,inherited-seal,backfill,lag,mixed,idle,tail,follow,reader,rebalance,churn,failover", "comma-separated scenarios to run: append, latency, seal, inherited-seal, backfill, lag, mixed, idle, tail, follow, reader, rebalance, churn, failover; and open (not in the default suite)")
 	flag.Float64Var(&cfg.sealMB, "seal-mb", 16, "seal: MB of records per seal")
 	flag.Float64Var(&cfg.inheritedMB, "inherited-mb", 2.5, "inherited-seal: MB of backlog")
 	flag.IntVar(&cfg.backfillParts, "backfill-parts", 32, "backfill: parts of history")
@@ -317,6 +317,8 @@ func runScenario(ctx context.Context, cfg config, sc, root string, out, results 
 		return churnScenario(ctx, cfg, root, out, results)
 	case "follow":
 		return followScenario(ctx, cfg, root, out, results)
+	case "reader":
+		return readerScenario(ctx, cfg, root, out, results)
 	case "failover":
 		return failoverScenario(ctx, cfg, root, out, results)
 	default:
