@@ -161,6 +161,9 @@ func (s *Shard) Close(ctx context.Context) error {
 	}
 	defer s.closed()
 	s.cfg.Sealer.Remove(s.id, true)
+	if err := s.cfg.Log.Settle(s.id); err != nil {
+		return fmt.Errorf("shard %q: close: %w", s.id, err)
+	}
 	if err := s.sealAll(ctx); err != nil {
 		return fmt.Errorf("shard %q: close: %w", s.id, err)
 	}
@@ -178,6 +181,9 @@ func (s *Shard) Drain(ctx context.Context, deadline time.Duration) (forced bool,
 	}
 	defer s.closed()
 	s.cfg.Sealer.Remove(s.id, true)
+	if err := s.cfg.Log.Settle(s.id); err != nil {
+		return false, fmt.Errorf("shard %q: drain: %w", s.id, err)
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer s.cfg.Clock.AfterFunc(deadline, cancel)()

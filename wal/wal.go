@@ -391,6 +391,29 @@ func (l *Log) Append(ctx context.Context, shard string, epoch uint64, recs [][]b
 	return first, nil
 }
 
+// Settle declares that no append of the shard is in flight, and raises its
+// acknowledged end to its next offset: every page the shard holds was synced then
+// (a sync that failed fails the whole log, and Settle with it). The pages past the
+// acknowledged end are those whose appends ended with an unknown outcome after
+// their sync — a wait for their shipment that ended, a lease that ran out — and
+// from here on reads and seals cover them, as a takeover on another machine would
+// read them from the tail: such a record may be in the shard's history, and
+// whoever seals the shard must keep it rather than give its offset to another.
+func (l *Log) Settle(shard string) error {
+	if err := l.enter(); err != nil {
+		return err
+	}
+	defer l.exit()
+	st := l.state(shard)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.acked.Load() < st.mu.next {
+		st.acked.Store(st.mu.next)
+		l.changes.Add(1)
+	}
+	return nil
+}
+
 // ShardInfo is what the Log knows of a shard's unsealed pages.
 type ShardInfo struct {
 	// Floor is the first offset still in the log: everything before it was
