@@ -101,8 +101,15 @@ func Collect(ctx context.Context, b *substrate.Bucket, s Listed, live bool,
 	old func(key string) bool, needed func(seq uint64, e Entry) (bool, error)) (deleted int, err error) {
 	objs := s.Objects
 	incarnation := s.Incarnation
+	// Every object listed is seen by this pass, also those past where it stops:
+	// an object's age counts from the first pass that listed it, not from the
+	// first that reached it, which would delete one more object a pass.
+	aged := make([]bool, len(objs))
 	for i, o := range objs {
-		if o.Size == 0 || (live && i == len(objs)-1) || !old(o.Key) {
+		aged[i] = old(o.Key)
+	}
+	for i, o := range objs {
+		if o.Size == 0 || (live && i == len(objs)-1) || !aged[i] {
 			return deleted, nil
 		}
 		keep, err := keepObject(ctx, b, o, incarnation, needed)
