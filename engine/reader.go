@@ -327,7 +327,7 @@ func (r *Reader) readTail(ctx context.Context, m manifest.Manifest) ([][]byte, t
 	if !m.Released || m.Tail.Until == 0 {
 		p.Until = tail.Position{} // an end recorded by an owner that did not release is not one
 	}
-	h, err := tail.ReadHistory(ctx, spec.Bucket, p, m.Shard, m.Epoch, m.Sealed, tail.HistoryOptions{})
+	h, err := tail.ReadHistory(ctx, spec.Bucket, p, m.Shard, m.Epoch, m.Sealed, tail.HistoryOptions{SkipGone: true})
 	if err != nil {
 		return nil, tail.History{}, fmt.Errorf("read the tail: %w", err)
 	}

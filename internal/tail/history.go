@@ -46,6 +46,15 @@ type HistoryOptions struct {
 	// Below, if not zero, is an incarnation not to read, nor any after it: the
 	// reader's own, whose pages of the shard it holds already.
 	Below uint64
+	// SkipGone passes over an object listed and gone when read, for a reader
+	// that holds no lease and reads the manifest again when a read comes short:
+	// collection deleted it, either because it held nothing of the shard needed
+	// at the pointer (objects of other shards), or because a seal moved the
+	// pointer past it. Records it held are then missing between others
+	// (ErrMissing) or past the last one read (the read is shorter), and found in
+	// the parts of the manifest the reader reads next; never read wrong. An
+	// owner's read, which keeps what it reads as the history, never skips.
+	SkipGone bool
 }
 
 // History is what ReadHistory read.
@@ -131,7 +140,7 @@ func ReadHistory(ctx context.Context, b *substrate.Bucket, p Pointer, shard stri
 		if s.until != NoFence && s.until <= s.from {
 			continue
 		}
-		sections, end, err := readShard(ctx, b, p.Instance, s.n, s.from, s.until, shard)
+		sections, end, err := readShard(ctx, b, p.Instance, s.n, s.from, s.until, shard, opts.SkipGone)
 		if err != nil {
 			return History{}, fmt.Errorf("tail: shard %q: read: %w", shard, err)
 		}

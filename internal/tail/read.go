@@ -36,13 +36,16 @@ const suffixBytes = 64 << 10
 // objects at a time: for each, one ranged read of its end (trailer and index), and
 // one of the shard's section if it has one.
 func ReadShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, error) {
-	secs, _, err := readShard(ctx, b, instance, incarnation, from, until, shard)
+	secs, _, err := readShard(ctx, b, instance, incarnation, from, until, shard, false)
 	return secs, err
 }
 
 // readShard is ReadShard, also returning where it stopped: the sequence after the
 // last object it read (from if it read none).
-func readShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string) ([]Shipped, uint64, error) {
+//
+// With skipGone, an object listed and gone when read is passed over (see
+// HistoryOptions.SkipGone).
+func readShard(ctx context.Context, b *substrate.Bucket, instance string, incarnation, from, until uint64, shard string, skipGone bool) ([]Shipped, uint64, error) {
 	objs, err := listFrom(ctx, b, instance, incarnation, from, until)
 	if err != nil {
 		return nil, 0, fmt.Errorf("tail: read %s: %w", streamPrefix(instance, incarnation), err)
@@ -60,6 +63,9 @@ func readShard(ctx context.Context, b *substrate.Bucket, instance string, incarn
 		wg.Go(func() {
 			defer func() { <-sem }()
 			out[i], errs[i] = readSection(ctx, b, o, incarnation, shard)
+			if skipGone && errors.Is(errs[i], substrate.ErrNotFound) {
+				out[i], errs[i] = nil, nil
+			}
 		})
 	}
 	wg.Wait()
@@ -92,6 +98,9 @@ func ReadNext(ctx context.Context, b *substrate.Bucket, instance string, incarna
 			return secs, next, true, nil
 		}
 		s, err := readSection(ctx, b, Stored{Sequence: next, Key: key, Size: attrs.Size}, incarnation, shard)
+		if errors.Is(err, substrate.ErrNotFound) {
+			continue // gone since its attributes were read: as SkipGone
+		}
 		if err != nil {
 			return nil, 0, false, err
 		}
