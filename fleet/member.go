@@ -313,9 +313,10 @@ func (m *Membership) run() {
 // step leads if it can, reads the assignment, follows it, and publishes what the
 // member owns.
 func (m *Membership) step(ctx context.Context) error {
-	if m.e.Err() != nil {
+	if err := m.e.Err(); errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrInstanceLost) {
 		// The engine closed, or another process took its instance over: a
-		// member no more, and no leader.
+		// member no more, and no leader. (A lapsed lease is neither: the
+		// member goes on, and drops the handles it fenced.)
 		m.leaderMu.Lock()
 		defer m.leaderMu.Unlock()
 		if m.leader != nil {
