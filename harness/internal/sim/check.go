@@ -22,9 +22,7 @@ import (
 // oracle holds what the fleet promised, and checks every answer against it:
 //   - an acknowledged record reads back, byte for byte, at its offset, exactly
 //     once, on whichever machine owns the shard (once nothing of it was damaged);
-//   - no offset is acknowledged, or read, with two different records, nor
-//     acknowledged or read with another record than a leaseless Reader returned
-//     there (see reader.go);
+//   - no offset is acknowledged, or read, with two different records;
 //   - an owner whose epoch was superseded before an append began acknowledges
 //     nothing;
 //   - a read returns the whole history from its start, or an error: never a
@@ -134,7 +132,7 @@ func (o *oracle) append(m *machine, sh *shard.Shard, id string, recs [][]byte) b
 		o.w.violate("%s acknowledged %s at %d with epoch %d, after epoch %d was opened", m.name, id, first, epoch, t.newest)
 	}
 	for i, r := range strs {
-		o.hold(id, first+uint64(i), held{rec: r, soft: m.mode == engine.Local, epoch: epoch, machine: m.name}, "acknowledged by "+m.name)
+		o.hold(id, first+uint64(i), held{r, m.mode == engine.Local, epoch, m.name}, "acknowledged by "+m.name)
 	}
 	return true
 }
@@ -148,9 +146,6 @@ type held struct {
 	soft    bool
 	epoch   uint64 // of the owner that acknowledged or read it
 	machine string // that owner's
-	// reader marks a record only the leaseless reader returned: in the history,
-	// but perhaps past the owner's acknowledged end, where its reads stop.
-	reader bool
 }
 
 // mayLose reports whether epoch's owner may lack h: h is soft and, after its
@@ -178,7 +173,6 @@ func (o *oracle) hold(id string, off uint64, h held, how string) {
 	case !ok:
 	case prev.rec == h.rec:
 		h.soft = h.soft && prev.soft
-		h.reader = h.reader && prev.reader
 	case t.mayLose(prev, h.epoch):
 		o.loseSoft(id, off, h.epoch)
 	default:
@@ -226,9 +220,6 @@ func (o *oracle) loseSoft(id string, off, epoch uint64) {
 func (t *truth) reach(epoch uint64) uint64 {
 	var end uint64
 	for off, h := range t.held {
-		if h.reader {
-			continue // past the acknowledged end, perhaps, where reads stop
-		}
 		if !h.soft || h.epoch == epoch || (h.epoch < epoch && !t.mayLose(h, epoch)) {
 			end = max(end, off+1)
 		}
@@ -280,7 +271,7 @@ func (o *oracle) read(m *machine, sh *shard.Shard, id string, from uint64) {
 			o.w.violate("read %s on %s: offset %d holds %s, which no append wrote", id, m.name, from+uint64(i), short(r))
 			return
 		}
-		o.hold(id, from+uint64(i), held{rec: r, soft: m.mode == engine.Local, epoch: epoch, machine: m.name}, "read on "+m.name)
+		o.hold(id, from+uint64(i), held{r, m.mode == engine.Local, epoch, m.name}, "read on "+m.name)
 	}
 	if end := from + uint64(len(got)); end < reach && !o.damaged[id] {
 		o.w.violate("read %s on %s from %d ended at %d as complete, but %d records were durable before it began", id, m.name, from, end, reach)
@@ -488,13 +479,6 @@ func (w *world) checkWhole(id string, owner *machine, sh *shard.Shard, got []str
 		}
 	}
 	for off, h := range t.held {
-		if off >= uint64(len(got)) && h.reader {
-			// The owner's read stops at its acknowledged end, and the record
-			// may be past it (its append's outcome unknown); another record
-			// at its offset is caught as it is acknowledged or read.
-			w.tracef("final read %s on %s: offset %d (%s), which only the leaseless reader returned, is past its %d records", id, owner.name, off, short(h.rec), len(got))
-			continue
-		}
 		if off >= uint64(len(got)) {
 			w.violate("final read %s on %s: durable offset %d (%s) lost: %d records", id, owner.name, off, short(h.rec), len(got))
 			return

@@ -181,8 +181,6 @@ func Run(cfg Config) *Result {
 		}
 	}
 	defer w.shutdown()
-	fol := w.startFollowers()
-	defer fol.stop()
 	step, finish := w.step, w.finish
 	if cfg.Fleet {
 		w.outsider = newMachine("x")
@@ -199,7 +197,6 @@ func Run(cfg Config) *Result {
 			return w.res
 		}
 	}
-	fol.stop()
 	finish()
 	return w.res
 }
