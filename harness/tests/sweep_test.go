@@ -85,7 +85,13 @@ func sweepRun(t *testing.T, i int, ambiguous bool) bool {
 	}
 	bucket.Close()
 
-	clean, err := localBucket(store)
+	// The same replica, its failure over: the same store, under the same name,
+	// which the manifests' tail pointers name.
+	cd, err := local.New(filepath.Join(store, "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clean, err := substrate.New(cd, substrate.Options{Name: "faulty"})
 	if err != nil {
 		t.Fatal(err)
 	}
